@@ -1,0 +1,180 @@
+"""A ragged batch of per-turn rewards: groups of trajectories of different lengths.
+
+Layout (all numpy, no Python objects per turn):
+
+    rewards      (n_turns,)  float64   every turn of every trajectory, concatenated
+                                       group by group, trajectory by trajectory
+    lengths      (n_traj,)   int64     turns per trajectory, each >= 1
+    group_sizes  (n_groups,) int64     trajectories per group, each >= 1
+
+Index arrays derived from the lengths (turn position, turns remaining, group of a turn) are
+computed once, on first use, and are pure functions of the three arrays above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["RaggedBatch", "RewardError"]
+
+
+class RewardError(ValueError):
+    """A reward batch that cannot be scored: names the value and where it is."""
+
+
+@dataclass(frozen=True, eq=False)
+class RaggedBatch:
+    rewards: np.ndarray
+    lengths: np.ndarray
+    group_sizes: np.ndarray
+
+    def __post_init__(self) -> None:
+        rewards = np.ascontiguousarray(self.rewards, dtype=np.float64)
+        lengths = np.ascontiguousarray(self.lengths, dtype=np.int64)
+        group_sizes = np.ascontiguousarray(self.group_sizes, dtype=np.int64)
+        if rewards.ndim != 1 or lengths.ndim != 1 or group_sizes.ndim != 1:
+            raise RewardError("rewards, lengths and group_sizes must be one-dimensional arrays")
+        if lengths.size and lengths.min() < 1:
+            t = int(np.argmax(lengths < 1))
+            g, j = self._locate_trajectory(group_sizes, t)
+            raise RewardError(f"group {g}, trajectory {j}: a trajectory needs at least one turn")
+        if group_sizes.size and group_sizes.min() < 1:
+            g = int(np.argmax(group_sizes < 1))
+            raise RewardError(f"group {g}: a group needs at least one trajectory")
+        if int(group_sizes.sum()) != lengths.size:
+            raise RewardError(
+                f"group_sizes sum to {int(group_sizes.sum())} trajectories "
+                f"but lengths describe {lengths.size}"
+            )
+        if int(lengths.sum()) != rewards.size:
+            raise RewardError(
+                f"lengths sum to {int(lengths.sum())} turns but rewards hold {rewards.size}"
+            )
+        finite = np.isfinite(rewards)
+        if not finite.all():
+            i = int(np.argmin(finite))
+            g, j, t = self.locate(i, lengths, group_sizes)
+            raise RewardError(
+                f"group {g}, trajectory {j}, turn {t}: reward {float(rewards[i])!r} is not finite"
+            )
+        object.__setattr__(self, "rewards", rewards)
+        object.__setattr__(self, "lengths", lengths)
+        object.__setattr__(self, "group_sizes", group_sizes)
+
+    # -- construction and splitting -------------------------------------------------------
+
+    @classmethod
+    def from_groups(cls, groups: Sequence[Sequence[Sequence[float]]]) -> RaggedBatch:
+        """Build from nested lists: ``groups[g][j][t]`` is turn t of trajectory j of group g."""
+        group_sizes = [len(group) for group in groups]
+        lengths = [len(trajectory) for group in groups for trajectory in group]
+        try:
+            rewards = np.fromiter(
+                (float(r) for group in groups for trajectory in group for r in trajectory),
+                dtype=np.float64,
+                count=sum(lengths),
+            )
+        except (TypeError, ValueError):
+            cls._raise_bad_value(groups)
+            raise
+        return cls(rewards, np.array(lengths, dtype=np.int64), np.array(group_sizes, dtype=np.int64))
+
+    @staticmethod
+    def _raise_bad_value(groups: Sequence[Sequence[Sequence[float]]]) -> None:
+        for g, group in enumerate(groups):
+            for j, trajectory in enumerate(group):
+                for t, r in enumerate(trajectory):
+                    try:
+                        float(r)
+                    except (TypeError, ValueError):
+                        raise RewardError(
+                            f"group {g}, trajectory {j}, turn {t}: reward {r!r} is not a number"
+                        ) from None
+
+    def split(self, per_turn: np.ndarray) -> list[list[list[float]]]:
+        """Cut a flat per-turn array back into ``groups[g][j][t]`` nested lists."""
+        values = per_turn.tolist()
+        ends = self.trajectory_ends.tolist()
+        trajectories = [values[e - n : e] for e, n in zip(ends, self.lengths.tolist())]
+        group_ends = np.cumsum(self.group_sizes).tolist()
+        return [trajectories[e - n : e] for e, n in zip(group_ends, self.group_sizes.tolist())]
+
+    # -- sizes ------------------------------------------------------------------------------
+
+    @property
+    def n_turns(self) -> int:
+        return self.rewards.size
+
+    @property
+    def n_trajectories(self) -> int:
+        return self.lengths.size
+
+    @property
+    def n_groups(self) -> int:
+        return self.group_sizes.size
+
+    # -- derived index arrays ---------------------------------------------------------------
+
+    @cached_property
+    def trajectory_ends(self) -> np.ndarray:
+        """(n_traj,) one past the last turn of each trajectory in the flat layout."""
+        return np.cumsum(self.lengths)
+
+    @cached_property
+    def turns_remaining(self) -> np.ndarray:
+        """(n_turns,) turns after this one in its trajectory: T - 1 - t (0 on the last turn)."""
+        ends = np.repeat(self.trajectory_ends - 1, self.lengths)
+        return ends - np.arange(self.n_turns)
+
+    @cached_property
+    def turn_index(self) -> np.ndarray:
+        """(n_turns,) position t of each turn inside its trajectory, from 0."""
+        return np.repeat(self.lengths, self.lengths) - 1 - self.turns_remaining
+
+    @cached_property
+    def group_turns(self) -> np.ndarray:
+        """(n_groups,) turns per group, summed over its trajectories."""
+        return np.add.reduceat(self.lengths, self.group_starts) if self.n_groups else self.lengths[:0]
+
+    @cached_property
+    def group_starts(self) -> np.ndarray:
+        """(n_groups,) index of each group's first trajectory."""
+        return np.cumsum(self.group_sizes) - self.group_sizes
+
+    @cached_property
+    def group_turn_starts(self) -> np.ndarray:
+        """(n_groups,) flat index of each group's first turn."""
+        return np.cumsum(self.group_turns) - self.group_turns
+
+    @cached_property
+    def group_of_turn(self) -> np.ndarray:
+        """(n_turns,) group index of each turn."""
+        return np.repeat(np.arange(self.n_groups), self.group_turns)
+
+    @cached_property
+    def group_of_trajectory(self) -> np.ndarray:
+        """(n_traj,) group index of each trajectory."""
+        return np.repeat(np.arange(self.n_groups), self.group_sizes)
+
+    # -- locating a flat index --------------------------------------------------------------
+
+    @staticmethod
+    def _locate_trajectory(group_sizes: np.ndarray, trajectory: int) -> tuple[int, int]:
+        group_ends = np.cumsum(group_sizes)
+        g = int(np.searchsorted(group_ends, trajectory, side="right"))
+        return g, trajectory - int(group_ends[g] - group_sizes[g])
+
+    @classmethod
+    def locate(
+        cls, turn: int, lengths: np.ndarray, group_sizes: np.ndarray
+    ) -> tuple[int, int, int]:
+        """(group, trajectory within group, turn within trajectory) of flat index ``turn``."""
+        ends = np.cumsum(lengths)
+        trajectory = int(np.searchsorted(ends, turn, side="right"))
+        g, j = cls._locate_trajectory(group_sizes, trajectory)
+        return g, j, turn - int(ends[trajectory] - lengths[trajectory])
+

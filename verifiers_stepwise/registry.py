@@ -1,0 +1,103 @@
+"""Discovery of estimators and environment bundles through Python entry points.
+
+Two groups, read with ``importlib.metadata`` on every call (so a package installed while the
+process runs is seen on the next call):
+
+    verifiers.advantage_estimators    name = "module:Class"   (a subclass of Estimator)
+    verifiers.environments            env-id = "module"        (what ``vf-eval env-id`` imports)
+
+Any installed distribution can add to either group; no code here changes. Two distributions
+claiming one name is an error that names both, never a silent pick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+__all__ = [
+    "ENVIRONMENT_GROUP",
+    "ESTIMATOR_GROUP",
+    "EntryPointConflict",
+    "UnknownEstimator",
+    "available_environments",
+    "available_estimators",
+    "estimator_class",
+    "get_estimator",
+]
+
+ESTIMATOR_GROUP = "verifiers.advantage_estimators"
+ENVIRONMENT_GROUP = "verifiers.environments"
+
+
+class UnknownEstimator(LookupError):
+    """No installed distribution provides an estimator of that name."""
+
+
+class EntryPointConflict(RuntimeError):
+    """Two installed distributions register the same name in one group."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    value: str
+    distribution: str
+
+
+def _registered(group: str) -> dict[str, Registered]:
+    found: dict[str, Registered] = {}
+    for ep in entry_points(group=group):
+        entry = Registered(ep.name, ep.value, _distribution(ep))
+        seen = found.get(ep.name)
+        if seen is not None and seen != entry:
+            raise EntryPointConflict(
+                f"{group}: {ep.name!r} is registered twice, as {seen.value!r} by "
+                f"{seen.distribution!r} and as {entry.value!r} by {entry.distribution!r}; "
+                f"uninstall one of them"
+            )
+        found[ep.name] = entry
+    return dict(sorted(found.items()))
+
+
+def _distribution(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None else "<unknown distribution>"
+
+
+def available_estimators() -> list[str]:
+    """Names of every installed estimator, sorted."""
+    return list(_registered(ESTIMATOR_GROUP))
+
+
+def available_environments() -> dict[str, str]:
+    """Installed environment ids and the module ``vf-eval`` imports for each."""
+    return {name: entry.value for name, entry in _registered(ENVIRONMENT_GROUP).items()}
+
+
+def estimator_class(name: str) -> type:
+    """The class registered under ``name``, imported on demand."""
+    from verifiers_stepwise.estimators import Estimator
+
+    registered = _registered(ESTIMATOR_GROUP)
+    if name not in registered:
+        installed = ", ".join(registered) or "none"
+        raise UnknownEstimator(f"no advantage estimator named {name!r}; installed: {installed}")
+    entry = registered[name]
+    cls = EntryPoint(entry.name, entry.value, ESTIMATOR_GROUP).load()
+    if not (isinstance(cls, type) and issubclass(cls, Estimator)):
+        raise TypeError(
+            f"estimator {name!r} ({entry.value} from {entry.distribution}) is not a subclass of "
+            f"verifiers_stepwise.Estimator"
+        )
+    return cls
+
+
+def get_estimator(name: str, **config: Any):
+    """An estimator instance by registered name, its config validated.
+
+    Raises UnknownEstimator (listing what is installed) for an unknown name and ConfigError
+    (naming the field) for a bad config.
+    """
+    return estimator_class(name)(**config)
