@@ -1,4 +1,4 @@
-"""Loading the host trainers for the adapter tests.
+"""Loading the host trainers for the adapter tests, and a third-party estimator.
 
 torchtitan 0.3.0's ``torchtitan/experiments/rl/__init__.py`` only sets
 ``PYTORCH_CUDA_ALLOC_CONF`` and re-exports two vLLM helpers, and so imports vLLM, which needs a
@@ -12,8 +12,12 @@ nothing is done and the package imports normally.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+import textwrap
+
+import pytest
 
 _PACKAGE = "torchtitan.experiments.rl"
 
@@ -21,11 +25,14 @@ if _PACKAGE not in sys.modules and importlib.util.find_spec("vllm") is None:
     _spec = importlib.util.find_spec(_PACKAGE)
     sys.modules[_PACKAGE] = importlib.util.module_from_spec(_spec)  # __path__ set, __init__ not run
 
+# prime-rl is git-only; without it the adapter runs on a stand-in for its two base classes
+# (tests that need prime-rl itself check REAL_PRIME_RL).
+REAL_PRIME_RL = importlib.util.find_spec("prime_rl") is not None
+if not REAL_PRIME_RL:
+    from tests.hosts import prime_rl_standin
 
-import importlib  # noqa: E402
-import textwrap  # noqa: E402
+    prime_rl_standin.install()
 
-import pytest  # noqa: E402
 
 _THIRD_PARTY = '''
 import numpy as np
