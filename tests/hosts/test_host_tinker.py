@@ -263,3 +263,13 @@ def test_cli_runs_tinkers_training_loop_with_the_estimator(monkeypatch):
     assert tinker_train.compute_advantages is data_processing.compute_advantages  # restored
     with pytest.raises(Exception, match="aggregation"):
         chz.Blueprint(adapter.CLIConfig).make_from_argv(["aggregation=mean", *(f"train.{a}" for a in TRAIN_ARGV)])
+
+
+def test_use_estimator_takes_a_configured_instance():
+    chosen = estimator("grpo", scale="none")
+    with adapter.use_estimator(chosen) as active:
+        assert active is chosen
+        assert tinker_train.compute_advantages([no_credit()]) == [[[0.0], [0.0], [0.0]]]
+    with pytest.raises(TypeError, match="options configure an estimator name"):
+        with adapter.use_estimator(chosen, gamma=0.5):
+            pass

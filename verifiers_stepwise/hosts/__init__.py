@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
-__all__ = ["build_estimator", "score_turns"]
+__all__ = ["ESTIMATOR_FIELDS", "build_estimator", "estimator_from", "score_turns"]
+
+ESTIMATOR_FIELDS = ("gamma", "aggregation", "baseline", "scale", "eps")
+"""The estimator options every host config offers, each defaulting to None."""
 
 
 def build_estimator(name: str, **options: Any) -> Estimator:
@@ -32,6 +35,13 @@ def build_estimator(name: str, **options: Any) -> Estimator:
     from verifiers_stepwise.registry import get_estimator
 
     return get_estimator(name, **{key: value for key, value in options.items() if value is not None})
+
+
+def estimator_from(config: Any) -> Estimator:
+    """The estimator a host config names: ``config.estimator`` configured with the
+    ``ESTIMATOR_FIELDS`` that are set and the third-party fields in ``config.options``."""
+    fields = {name: getattr(config, name) for name in ESTIMATOR_FIELDS}
+    return build_estimator(config.estimator, **fields, **config.options)
 
 
 def score_turns(

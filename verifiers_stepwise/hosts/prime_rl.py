@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field, model_validator
 from verifiers_stepwise.baselines import Scale
 from verifiers_stepwise.credit import Missing, score_group
 from verifiers_stepwise.estimators import Baseline, Estimator
-from verifiers_stepwise.hosts import build_estimator
+from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.returns import Aggregation
 
 __all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
@@ -89,15 +89,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
         return self
 
     def build_estimator(self) -> Estimator:
-        return build_estimator(
-            self.estimator,
-            gamma=self.gamma,
-            aggregation=self.aggregation,
-            baseline=self.baseline,
-            scale=self.scale,
-            eps=self.eps,
-            **self.options,
-        )
+        return estimator_from(self)
 
 
 class StepwiseAlgorithm(Algorithm):

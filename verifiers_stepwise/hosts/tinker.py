@@ -42,7 +42,7 @@ from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, 
 
 from verifiers_stepwise.baselines import Scale
 from verifiers_stepwise.estimators import Baseline, Estimator
-from verifiers_stepwise.hosts import build_estimator, score_turns
+from verifiers_stepwise.hosts import build_estimator, estimator_from, score_turns
 from verifiers_stepwise.returns import Aggregation
 
 __all__ = [
@@ -156,8 +156,9 @@ def _keep_groups_with_credit(original: Callable[..., Any], estimator: Estimator)
 
 
 @contextmanager
-def use_estimator(name: str = "stepwise", **options: Any) -> Iterator[Estimator]:
-    """Train with the estimator registered as ``name`` inside the ``with`` block.
+def use_estimator(estimator: str | Estimator = "stepwise", **options: Any) -> Iterator[Estimator]:
+    """Train with ``estimator`` (a registered name, configured with ``options``, or an
+    ``Estimator``) inside the ``with`` block.
 
     Rebinds, in ``tinker_cookbook.rl.train``: ``compute_advantages``,
     ``assemble_training_data``, ``remove_constant_reward_groups`` and
@@ -168,7 +169,10 @@ def use_estimator(name: str = "stepwise", **options: Any) -> Iterator[Estimator]
         with use_estimator("stepwise", gamma=0.9, scale="none"):
             asyncio.run(train.main(config))
     """
-    estimator = build_estimator(name, **options)
+    if isinstance(estimator, str):
+        estimator = build_estimator(estimator, **options)
+    elif options:
+        raise TypeError("use_estimator: options configure an estimator name, not an Estimator")
     replacements = {
         "compute_advantages": partial(compute_advantages, estimator=estimator),
         "assemble_training_data": assemble_training_data,
@@ -208,15 +212,7 @@ class CLIConfig:
 
 def main(config: CLIConfig) -> None:
     """Run tinker-cookbook's RL training loop with the configured estimator."""
-    with use_estimator(
-        config.estimator,
-        gamma=config.gamma,
-        aggregation=config.aggregation,
-        baseline=config.baseline,
-        scale=config.scale,
-        eps=config.eps,
-        **config.options,
-    ):
+    with use_estimator(estimator_from(config)):
         asyncio.run(tinker_train.main(config.train))
 
 

@@ -43,7 +43,7 @@ from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
 from verifiers_stepwise.baselines import Scale
 from verifiers_stepwise.estimators import Baseline
-from verifiers_stepwise.hosts import build_estimator, score_turns
+from verifiers_stepwise.hosts import estimator_from, score_turns
 from verifiers_stepwise.ragged import RewardError
 from verifiers_stepwise.returns import Aggregation
 
@@ -119,15 +119,7 @@ class StepwiseAdvantage(Configurable):
 
     def __init__(self, config: Config) -> None:
         self.turn_reward_key = config.turn_reward_key
-        self.estimator = build_estimator(
-            config.estimator,
-            gamma=config.gamma,
-            aggregation=config.aggregation,
-            baseline=config.baseline,
-            scale=config.scale,
-            eps=config.eps,
-            **config.options,
-        )
+        self.estimator = estimator_from(config)
 
     def __call__(self, group: RolloutGroup) -> list[TurnAdvantages]:
         """One ``TurnAdvantages`` per rollout, in group order."""
