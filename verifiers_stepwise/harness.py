@@ -27,11 +27,14 @@ Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
+import ssl
 from contextlib import AsyncExitStack
 from typing import Any
 
+import certifi
 import httpx
 import verifiers.v1 as vf
 from pydantic import Field
@@ -184,7 +187,9 @@ class ChatSession(vf.HarnessSession):
 
     async def _open(self) -> None:
         self._http = await self._stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0))
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context()
+            )
         )
         if self.mcp_urls:
             headers = self.config.resolve_mcp_headers(self.mcp_urls)
@@ -305,6 +310,13 @@ class ChatSession(vf.HarnessSession):
         if verdict["action"] == "stop":
             raise ModelCallError(f"rollout stopped: {verdict['reason']}", 400)
         return verdict
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context per process: loading the CA bundle takes tens of milliseconds, which a fresh
+    httpx client would pay at every rollout (the endpoint is https only behind a tunnel)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _error_text(body: bytes) -> str:

@@ -21,12 +21,20 @@ call is answered normally, which is how retries are exercised.
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
 every message, completion tokens over the reply.
+
+As a separate process (benchmarks use this, so the server does not share their interpreter)::
+
+    python -m verifiers_stepwise.testing.server --reply "42"
+
+prints its base URL on the first line of stdout and serves until its stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -379,3 +387,16 @@ def _text(content: Any) -> str:
 
 def _words(text: str) -> int:
     return len(text.split())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A local OpenAI-compatible server answering every call with one reply.")
+    parser.add_argument("--reply", default="ok", help="the text of every reply")
+    args = parser.parse_args(argv)
+    with ModelServer(lambda call: args.reply) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
