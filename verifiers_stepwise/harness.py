@@ -126,11 +126,8 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """One segment on the task's own prompt, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
-        try:
-            return await session._run(None)
-        finally:
-            await session.close()
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(None, *args)
 
     async def resume(
         self,
@@ -145,7 +142,11 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """The next segment: the trace's current branch plus ``messages``, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(messages, *args)
+
+    async def _segment(self, messages: vf.Messages | None, *args: Any) -> vf.ProgramResult:
+        session = await self.session(*args)
         try:
             return await session._run(messages)
         finally:
