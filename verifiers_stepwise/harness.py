@@ -38,6 +38,7 @@ import certifi
 import httpx
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1 import graph
 from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.harnesses.utils.compaction import bound_tool_message
@@ -214,8 +215,8 @@ class ChatSession(vf.HarnessSession):
             if system:
                 context.insert(0, vf.SystemMessage(content=system))
         else:
-            branches = self.trace.branches
-            context = list(branches[-1].messages) if branches else []
+            leaves = graph.leaves(self.trace)  # the current branch ends at the newest leaf
+            context = graph.path(self.trace, leaves[-1]) if leaves else []
             if not context and system:
                 context.append(vf.SystemMessage(content=system))
             if self.config.exclude_think:
