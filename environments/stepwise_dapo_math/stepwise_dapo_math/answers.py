@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Literal
 
 __all__ = [
@@ -42,13 +43,14 @@ __all__ = [
 
 Source = Literal["answer_line", "boxed"]
 
-_ANSWER = re.compile(r"answer\s*[:\uff1a]", re.IGNORECASE)
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _WRAPPERS = re.compile(r"^\\(?:boxed|fbox|text|textbf|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.DOTALL)
 _TRAILING_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}$")
 _DEGREES = re.compile(r"(?:\^\s*\{?\\circ\}?|\\circ|\u00b0|\\degree)$")
+_DEGREE_ENDINGS = ("circ", "circ}", "\u00b0", "degree")
 _LATEX_SPACES = re.compile(r"\\[,!;: ]|~|\{,\}")
 _GROUPED = re.compile(r"^[+-]?\d{1,3}(?:([, \u00a0\u2009\u202f'])\d{3})(?:\1\d{3})*$")
+_PLAIN = re.compile(r"\s*([+-]?)([0-9]+)\s*\Z")
 _INTEGER = re.compile(r"^([+-]?)(\d+)(?:\.0*)?$")
 _SIGNS = str.maketrans(
     {
@@ -81,9 +83,9 @@ class AnswerCheck:
 
 def extract_answer(text: str, *, boxed_fallback: bool = True) -> tuple[str, Source] | None:
     """The answer text of a response and where it was found, or None."""
-    for match in reversed(list(_ANSWER.finditer(text))):
+    for colon in _answer_colons(text):
         # DAPO's `Answer\s*:\s*([^\n]+)`: the blank after the colon may span lines.
-        start = _BLANK.match(text, match.end()).end()
+        start = _BLANK.match(text, colon + 1).end()  # type: ignore[union-attr]
         end = text.find("\n", start)
         candidate = text[start : len(text) if end < 0 else end].strip()
         if candidate:
@@ -93,6 +95,23 @@ def extract_answer(text: str, *, boxed_fallback: bool = True) -> tuple[str, Sour
         if boxed is not None:
             return boxed, "boxed"
     return None
+
+
+def _answer_colons(text: str) -> Iterator[int]:
+    """Positions of the colons that end an ``answer`` label (``answer`` in any case, then
+    blanks, then ``:`` or ``：``), last first. One backward pass: each ``rfind`` resumes where
+    the previous one stopped, and each blank is looked at once."""
+    ascii_colon, wide_colon = text.rfind(":"), text.rfind("\uff1a")
+    while ascii_colon >= 0 or wide_colon >= 0:
+        if ascii_colon > wide_colon:
+            colon, ascii_colon = ascii_colon, text.rfind(":", 0, ascii_colon)
+        else:
+            colon, wide_colon = wide_colon, text.rfind("\uff1a", 0, wide_colon)
+        label_end = colon
+        while label_end > 0 and text[label_end - 1].isspace():
+            label_end -= 1
+        if text[max(0, label_end - 6) : label_end].lower() == "answer":
+            yield colon
 
 
 def last_boxed(text: str) -> str | None:
@@ -125,22 +144,29 @@ def last_boxed(text: str) -> str | None:
 
 def normalize_integer(answer: str) -> str | None:
     """Canonical decimal form of an integer answer (see the module docstring), else None."""
-    text = answer.translate(_SIGNS)
+    text = answer if answer.isascii() else answer.translate(_SIGNS)
     # Bounded rounds: each is linear, and real answers nest a few wrappers at most.
     for _ in range(_MAX_ROUNDS):
+        plain = _PLAIN.match(text)
+        if plain is not None:  # ``42`` or ``-7``: nothing left to peel
+            return _canonical(*plain.groups())
         previous = text
-        text = text.removeprefix("\\$").strip(_EDGE_MARKS).rstrip(_END_PUNCTUATION)
-        text = _strip_delimiters(text)
-        wrapped = _WRAPPERS.match(text)
-        if wrapped is not None:
-            text = wrapped.group(1)
+        text = text.removeprefix("\\$").strip(_EDGE_MARKS)
+        text = _strip_delimiters(text.rstrip(_END_PUNCTUATION))
+        if text.startswith("\\"):
+            wrapped = _WRAPPERS.match(text)
+            if wrapped is not None:
+                text = wrapped.group(1)
         if "=" in text:
             text = text.rsplit("=", 1)[1]
-        text = _TRAILING_TEXT.sub("", text).rstrip()
-        text = _DEGREES.sub("", text).rstrip()
+        if text.endswith("}"):
+            text = _TRAILING_TEXT.sub("", text).rstrip()
+        if text.endswith(_DEGREE_ENDINGS):
+            text = _DEGREES.sub("", text).rstrip()
         if text == previous:
             break
-    text = _LATEX_SPACES.sub(" ", text).strip()
+    if "\\" in text or "~" in text or "{,}" in text:
+        text = _LATEX_SPACES.sub(" ", text).strip()
     if _GROUPED.match(text):
         text = re.sub(r"[, \u00a0\u2009\u202f']", "", text)
     match = _INTEGER.match(text)
@@ -149,6 +175,10 @@ def normalize_integer(answer: str) -> str | None:
     sign, digits = match.groups()
     if not digits.isascii():
         digits = "".join(str(unicodedata.decimal(char)) for char in digits)
+    return _canonical(sign, digits)
+
+
+def _canonical(sign: str, digits: str) -> str:
     digits = digits.lstrip("0") or "0"
     return ("-" if sign == "-" and digits != "0" else "") + digits
 
