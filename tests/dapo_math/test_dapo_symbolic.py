@@ -87,3 +87,19 @@ def test_bad_settings_are_named():
         SymbolicChecker(workers=0)
     with pytest.raises(ValueError, match="timeout_s"):
         SymbolicChecker(timeout_s=0)
+
+
+def test_a_cancelled_check_stops_its_worker():
+    checker = SymbolicChecker(workers=1, timeout_s=60.0)
+    try:
+        checker.check("1", "\\frac{2}{2}")  # worker up
+
+        async def run():
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(checker.acheck(PATHOLOGICAL, "5"), timeout=0.5)
+            # the only worker was stopped with the check, so this one is not stuck behind it
+            return await asyncio.wait_for(checker.acheck("\\frac{6}{3}", "2"), timeout=30)
+
+        assert asyncio.run(run()).correct
+    finally:
+        checker.close()

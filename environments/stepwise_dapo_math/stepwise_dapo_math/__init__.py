@@ -18,9 +18,11 @@ _EXPORTS = {
     "DapoMathData": "taskset",
     "DapoMathTasksetConfig": "config",
     "DapoMathTaskConfig": "config",
+    "DapoMathEnv": "env",
+    "DapoMathEnvConfig": "env",
 }
 
-__all__ = ["DapoMathTaskset"]
+__all__ = ["DapoMathEnv", "DapoMathTaskset"]
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +40,5 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
+    from stepwise_dapo_math.env import DapoMathEnv, DapoMathEnvConfig
     from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, DapoMathTaskset

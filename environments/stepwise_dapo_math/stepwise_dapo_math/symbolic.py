@@ -67,8 +67,11 @@ class SymbolicChecker:
         future = self._schedule(answer, gold)
         try:
             await asyncio.wrap_future(future)
-        except BaseException:
-            pass  # read below, with the same classification as the blocking path
+        except asyncio.CancelledError:
+            future.cancel()  # stops the worker if the check already started
+            raise
+        except Exception:
+            pass  # read below, classified as in the blocking path
         return _result(future)
 
     def close(self) -> None:
