@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -179,3 +181,25 @@ def test_a_scripted_call_sees_the_dapo_prompt():
     asyncio.run(play({PROBLEMS[0]: [record]}, env(), limit=1))
     (call,) = seen
     assert call.prompt == ROWS[0]["prompt"][0]["content"]
+
+
+def test_the_bundle_is_registered_and_resolves_through_verifiers():
+    from verifiers.v1.utils.loaders import environment_class, load_taskset
+
+    from stepwise_dapo_math import DapoMathEnv, DapoMathTaskset
+    from verifiers_stepwise import available_environments
+
+    assert available_environments()["stepwise-dapo-math"] == "stepwise_dapo_math"
+    assert environment_class("stepwise-dapo-math") is DapoMathEnv
+    config = vf.resolve_env_config(env()).taskset
+    assert type(load_taskset(config)) is DapoMathTaskset
+
+
+def test_the_answer_checker_imports_without_verifiers():
+    code = (
+        "import sys, stepwise_dapo_math.answers, stepwise_dapo_math.shaping, "
+        "stepwise_dapo_math.symbolic; "
+        "print(sorted(m for m in ('verifiers', 'datasets', 'math_verify') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

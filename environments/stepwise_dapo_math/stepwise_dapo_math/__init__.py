@@ -1,44 +1,31 @@
 """``stepwise-dapo-math``: the DAPO-math environment bundle of verifiers-stepwise.
 
 ``vf-eval stepwise-dapo-math`` imports this module and reads ``__all__``: the taskset (DAPO
-prompt, answer checking, rewards) and the env. Names load on first use, so importing the pure
-parts (``stepwise_dapo_math.answers``, ``.shaping``) does not import verifiers.
+prompt, answer checking, rewards) and the env. Both load on first access, so the pure parts
+(``stepwise_dapo_math.answers``, ``.shaping``, ``.symbolic`` — imported by every math-verify
+worker process) never import verifiers.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-
-_EXPORTS = {
-    "DapoMathTaskset": "taskset",
-    "DapoMathTask": "taskset",
-    "DapoMathData": "taskset",
-    "DapoMathTasksetConfig": "config",
-    "DapoMathTaskConfig": "config",
-    "DapoMathEnv": "env",
-    "DapoMathEnvConfig": "env",
-}
-
 __all__ = ["DapoMathEnv", "DapoMathTaskset"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stepwise_dapo_math' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"stepwise_dapo_math.{module}"), name)
-    globals()[name] = value
-    return value
+    if name == "DapoMathEnv":
+        from stepwise_dapo_math.env import DapoMathEnv
 
+        return DapoMathEnv
+    if name == "DapoMathTaskset":
+        from stepwise_dapo_math.taskset import DapoMathTaskset
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+        return DapoMathTaskset
+    raise AttributeError(f"module 'stepwise_dapo_math' has no attribute {name!r}")
 
 
 if TYPE_CHECKING:
-    from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
-    from stepwise_dapo_math.env import DapoMathEnv, DapoMathEnvConfig
-    from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, DapoMathTaskset
+    from stepwise_dapo_math.env import DapoMathEnv
+    from stepwise_dapo_math.taskset import DapoMathTaskset
