@@ -159,6 +159,19 @@ def test_the_reward_hook_scores_the_last_reply_of_a_trace():
     assert trace.metrics["accuracy"] == 1.0 and trace.metrics["response_tokens"] == 12.0
 
 
+def test_a_reply_the_env_scored_is_not_verified_again():
+    builder = TraceBuilder("p")
+    node = builder.sample("Answer: 4")
+    mark = {"node": node, "extracted": "4", "correct": True, "rewards": {"correct": 7.0}, "metrics": {}}
+    builder.trace.info["dapo_turns"] = [mark]
+    asyncio.run(task("4").score(builder.trace))
+    assert builder.trace.rewards["correct"].score == 7.0  # the env's record, reused
+    builder.add(vf.UserMessage(content="again"))
+    builder.sample("Answer: 5")  # a reply the env never scored
+    asyncio.run(task("4").score(builder.trace))
+    assert builder.trace.rewards["correct"].score == -1.0
+
+
 def test_response_lengths_come_from_usage_without_tokens_and_are_unknown_without_either():
     builder = TraceBuilder("p", tokens=False)
     builder.sample("Answer: 3")

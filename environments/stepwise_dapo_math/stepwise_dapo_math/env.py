@@ -13,7 +13,8 @@ again, up to ``max_turns`` turns.
 
 The trace-level rewards (``correct``, ``overlong_penalty``) score the last reply, so a trace's
 reward says whether the episode ended solved. ``trace.info["dapo_turns"]`` keeps, per turn, the
-extracted answer and its reward terms.
+scored node, the extracted answer, its reward terms and metrics; the trace-level reward reuses
+the last entry instead of verifying the same reply again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from pydantic import Field
 
-from stepwise_dapo_math.taskset import DapoMathTask, response_lengths
+from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask, last_sampled_node, response_lengths
 from verifiers_stepwise.env import (
     StepwiseMultiTurnEnv,
     StepwiseMultiTurnEnvConfig,
@@ -55,9 +56,8 @@ class DapoMathEnv(StepwiseMultiTurnEnv, vf.Env[DapoMathEnvConfig]):
             raise TypeError(f"{type(self).__name__} plays DapoMathTask tasks, got {type(task).__name__}")
         lengths = response_lengths(turn.trace)
         score = await task.score_reply(turn.reply, lengths[-1] if lengths else None)
-        turn.trace.info.setdefault("dapo_turns", []).append(
-            {"extracted": score.extracted, "correct": score.correct, "rewards": score.rewards}
-        )
+        node = last_sampled_node(turn.trace)
+        turn.trace.info.setdefault(DAPO_TURNS, []).append(score.record(node))
         if score.correct:
             return TurnResult(score.reward)
         retry = self.config.missing_message if score.extracted is None else self.config.wrong_message

@@ -38,8 +38,9 @@ class SymbolicResult:
 class SymbolicChecker:
     """A pool of ``workers`` processes verifying answers with math-verify, ``timeout_s`` each.
 
-    The pool starts on first use (spawned processes: no fork of a threaded parent) and stops
-    with :meth:`close` or at interpreter exit.
+    The pool starts on first use and stops with :meth:`close` or at interpreter exit. Workers
+    are forked from multiprocessing's single-threaded fork server, never from this (threaded)
+    process; the server imports the main module once, so a killed worker is replaced fast.
     """
 
     def __init__(self, workers: int = 2, timeout_s: float = 5.0) -> None:
@@ -89,7 +90,7 @@ class SymbolicChecker:
                 self._pool = ProcessPool(
                     max_workers=self.workers,
                     initializer=_warm_up,
-                    context=multiprocessing.get_context("spawn"),
+                    context=multiprocessing.get_context("forkserver"),
                 )
             pool = self._pool
         return pool.schedule(verify_pair, args=(answer, gold), timeout=self.timeout_s)

@@ -26,11 +26,15 @@ from stepwise_dapo_math.loaders import DatasetError, load_problems
 from stepwise_dapo_math.shaping import overlong_penalty
 from stepwise_dapo_math.symbolic import shared_checker
 
+DAPO_TURNS = "dapo_turns"
+
 __all__ = [
+    "DAPO_TURNS",
     "DapoMathData",
     "DapoMathTask",
     "DapoMathTaskset",
     "TurnScore",
+    "last_sampled_node",
     "response_lengths",
 ]
 
@@ -71,6 +75,16 @@ class TurnScore:
     def reward(self) -> float:
         """The response's total reward: the sum of its named terms."""
         return sum(self.rewards.values())
+
+    def record(self, node: int | None) -> dict:
+        """This score as kept in ``trace.info["dapo_turns"]``, for the reply at ``node``."""
+        return {
+            "node": node,
+            "extracted": self.extracted,
+            "correct": self.correct,
+            "rewards": self.rewards,
+            "metrics": self.metrics,
+        }
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -119,10 +133,13 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
 
     @vf.reward
     async def dapo(self, trace: vf.Trace) -> dict[str, float]:
-        lengths = response_lengths(trace)
-        score = await self.score_reply(trace.last_reply, lengths[-1] if lengths else None)
-        trace.record_metrics(score.metrics)
-        return score.rewards
+        scored = _scored_last_reply(trace)
+        if scored is None:
+            lengths = response_lengths(trace)
+            score = await self.score_reply(trace.last_reply, lengths[-1] if lengths else None)
+            scored = score.record(last_sampled_node(trace))
+        trace.record_metrics(scored["metrics"])
+        return scored["rewards"]
 
     def _gold(self) -> str:
         gold = normalize_integer(self.data.answer)
@@ -182,3 +199,18 @@ def response_lengths(trace: vf.Trace) -> list[int | None]:
         else:
             lengths.append(None)
     return lengths
+
+
+def last_sampled_node(trace: vf.Trace) -> int | None:
+    """Index of the trace's last model response in ``trace.nodes`` (None: the model never spoke)."""
+    return next((i for i in reversed(range(len(trace.nodes))) if trace.nodes[i].sampled), None)
+
+
+def _scored_last_reply(trace: vf.Trace) -> dict | None:
+    """The env's score of the trace's last reply, if the env scored it (multi-turn mode): a
+    reply is never verified twice, which matters on the math-verify path."""
+    turns = trace.info.get(DAPO_TURNS)
+    node = last_sampled_node(trace)
+    if turns and node is not None and turns[-1].get("node") == node:
+        return turns[-1]
+    return None
