@@ -74,7 +74,7 @@ def split_of(ident: str) -> str:
     return "test" if int(hashlib.sha256(ident.encode()).hexdigest(), 16) % 5 == 0 else "train"
 
 
-def row(ident: str, problem: str, answer: str, data_source: str, license: str) -> dict:
+def row(ident: str, problem: str, answer: str, data_source: str, spdx: str) -> dict:
     return {
         "data_source": data_source,
         "prompt": [{"role": "user", "content": dapo_prompt(problem)}],
@@ -84,7 +84,7 @@ def row(ident: str, problem: str, answer: str, data_source: str, license: str) -
             "index": ident,
             "split": split_of(ident),
             "problem": problem.strip(),
-            "license": license,
+            "license": spdx,
         },
     }
 

@@ -171,7 +171,10 @@ def read_file(path: Path) -> Iterator[Mapping[str, Any]]:
                     raise DatasetError(f"{path}:{number}: a row must be a JSON object")
                 yield row
     elif suffix == ".json":
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{path}: not valid JSON ({error})") from error
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise DatasetError(f"{path}: a .json dataset must be a list of objects")
         yield from rows
