@@ -4,7 +4,6 @@ and the stepwise estimator on its groups."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from stepwise_dapo_math.loaders import BUNDLED_PATH
 from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, response_lengths
 from verifiers_stepwise import score_group
 from verifiers_stepwise.testing.episodes import run_groups
-from verifiers_stepwise.testing.server import ChatCall, ModelServer, scripted
+from verifiers_stepwise.testing.server import ChatCall, ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.turns import read_turns
 
@@ -51,15 +50,9 @@ def traces(group: list[vf.Episode]) -> list[vf.Trace]:
     return [trace for episode in group for trace in episode.traces]
 
 
-def alternating(*replies: str):
-    """Successive conversations of one problem get successive replies."""
-    cycle = itertools.cycle(replies)
-    return lambda call: next(cycle)
-
-
 async def test_single_turn_is_standard_dapo_and_stepwise_reduces_to_grpo():
     plan = {
-        PROBLEMS[0]: [alternating(f"Work.\nAnswer: {GOLDS[0]}", "Work.\nAnswer: 1")],
+        PROBLEMS[0]: PerRollout([f"Work.\nAnswer: {GOLDS[0]}"], ["Work.\nAnswer: 1"]),
         PROBLEMS[1]: [f"Answer: $\\boxed{{{GOLDS[1]}}}$."],
         PROBLEMS[2]: ["I give up."],
     }
@@ -99,7 +92,7 @@ async def test_refine_mode_rewards_every_turn_and_stops_when_solved():
 
 
 async def test_the_stepwise_estimator_credits_the_turn_that_solved():
-    plan = {PROBLEMS[0]: [alternating("Answer: 1", f"Answer: {GOLDS[0]}"), f"Answer: {GOLDS[0]}"]}
+    plan = {PROBLEMS[0]: PerRollout(["Answer: 1", f"Answer: {GOLDS[0]}"], [f"Answer: {GOLDS[0]}"])}
     (group,) = await play(plan, env(max_turns=2), rollouts=2, limit=1)
     rewards = sorted(t.info["turn_rewards"] for t in traces(group))
     assert rewards == [[-1.0, 1.0], [1.0]]
