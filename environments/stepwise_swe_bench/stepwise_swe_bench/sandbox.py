@@ -82,6 +82,9 @@ _ENV = {
     "PAGER": "cat",
     "GIT_PAGER": "cat",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # The visible Python environment is this package's, not the task's: its pytest plugins
+    # have no business in the task's test runs (and cost seconds per run).
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
 }
 
 
@@ -101,8 +104,9 @@ class Sandbox(Protocol):
         """Run a bash command in ``workdir``."""
         ...
 
-    async def evaluate(self, script: str, *, timeout_s: float) -> CommandResult:
-        """Run a trusted grading script (bash) against the repository's current state."""
+    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+        """Run a trusted grading script (bash) against the repository's current state,
+        keeping up to ``kept_bytes`` of its log."""
         ...
 
 
@@ -240,14 +244,16 @@ class BwrapSandbox:
             "--uid", str(USERNS_ID), "--gid", str(USERNS_ID),
         ]  # fmt: skip
 
-    def _inner(self, command: str) -> list[str]:
-        """bash with the limits applied, then ``command``; as root, after dropping to 65534."""
+    def _inner(self, command: str, chdir: str) -> list[str]:
+        """bash with the limits applied, in ``chdir``, then ``command``; as root, after
+        dropping to 65534 (so the directory is entered as its owner)."""
         drop = [
             "setpriv", f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
-        shell = ["/bin/bash", "-c", f'{ulimit_prelude(self.limits)}; exec /bin/bash -c "$1"']
-        return [*(drop if self.privileged else []), *shell, "sandbox", command]
+        prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(self.limits)}'
+        shell = ["/bin/bash", "-c", f'{prelude}; exec /bin/bash -c "$1"']
+        return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
 
     def _identity_files(self) -> dict[str, bytes]:
         uid = UNPRIVILEGED_ID if self.privileged else USERNS_ID
@@ -299,9 +305,9 @@ class BwrapSandbox:
                         argv += ["--perms", "0755", "--dir", parent]
                 option = "--bind" if bind.writable else "--ro-bind"
                 argv += [option, str(bind.source), bind.dest]
-            argv += ["--chdir", chdir, "--clearenv", "--setenv", "PATH", self._path]
+            argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
             argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
-            yield BwrapCommand([*argv, "--", *self._inner(command)], fds)
+            yield BwrapCommand([*argv, "--", *self._inner(command, chdir)], fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -336,6 +342,7 @@ class BwrapSandbox:
         files: Mapping[str, bytes] | None = None,
         stdin: bytes | None = None,
         timeout_s: float | None = None,
+        kept_bytes: int | None = None,
         label: str | None = None,
     ) -> CommandResult:
         with self.command(command, binds, files) as cmd:
@@ -343,7 +350,7 @@ class BwrapSandbox:
                 cmd.argv,
                 label=label or command,
                 timeout_s=timeout_s or self.limits.timeout_s,
-                kept_bytes=self.limits.output_kept_bytes,
+                kept_bytes=kept_bytes or self.limits.output_kept_bytes,
                 kill_bytes=self.limits.output_kill_bytes,
                 stdin=stdin,
                 pass_fds=cmd.fds,
@@ -356,7 +363,7 @@ class BwrapSandbox:
         binds = [Bind(self.repo, WORKDIR, writable=True)]
         return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s)
 
-    async def evaluate(self, script: str, *, timeout_s: float) -> CommandResult:
+    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
         """Grade a throwaway copy of the repository. The copy is made inside a sandbox (the
         repository holds model-made files, e.g. symlinks or FIFOs, that the host must not
         follow), the script runs on it, and the copy is deleted: nothing the tests or the code
@@ -377,6 +384,7 @@ class BwrapSandbox:
                 [Bind(copy, WORKDIR, writable=True)],
                 files={"/eval.sh": script.encode()},
                 timeout_s=timeout_s,
+                kept_bytes=kept_bytes,
                 label="grading script",
             )
         finally:
