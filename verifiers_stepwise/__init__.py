@@ -31,6 +31,20 @@ _EXPORTS = {
     "get_estimator": "registry",
     "UnknownEstimator": "registry",
     "EntryPointConflict": "registry",
+    "TraceTurns": "turns",
+    "TurnSample": "turns",
+    "TurnSchemaError": "turns",
+    "append_turn": "turns",
+    "read_turns": "turns",
+    "turn_samples": "turns",
+    "write_turn_advantages": "turns",
+    "score_group": "credit",
+    "StepwiseMultiTurnEnv": "env",
+    "StepwiseMultiTurnEnvConfig": "env",
+    "Turn": "env",
+    "TurnResult": "env",
+    "StepwiseChatConfig": "harness",
+    "StepwiseChatHarness": "harness",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -70,3 +84,15 @@ if TYPE_CHECKING:
         get_estimator,
     )
     from verifiers_stepwise.returns import discounted_returns, ragged_discounted_returns
+    from verifiers_stepwise.credit import score_group
+    from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+    from verifiers_stepwise.harness import StepwiseChatConfig, StepwiseChatHarness
+    from verifiers_stepwise.turns import (
+        TraceTurns,
+        TurnSample,
+        TurnSchemaError,
+        append_turn,
+        read_turns,
+        turn_samples,
+        write_turn_advantages,
+    )
