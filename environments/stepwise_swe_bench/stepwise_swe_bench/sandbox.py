@@ -99,9 +99,14 @@ class Sandbox(Protocol):
     """The repository's path as commands see it."""
 
     async def run(
-        self, command: str, *, stdin: bytes | None = None, timeout_s: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
     ) -> CommandResult:
-        """Run a bash command in ``workdir``."""
+        """Run a bash command in ``workdir``; the limits' defaults unless overridden."""
         ...
 
     async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
@@ -358,10 +363,17 @@ class BwrapSandbox:
             )
 
     async def run(
-        self, command: str, *, stdin: bytes | None = None, timeout_s: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
     ) -> CommandResult:
         binds = [Bind(self.repo, WORKDIR, writable=True)]
-        return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s)
+        return await self._run(
+            command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes
+        )
 
     async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
         """Grade a throwaway copy of the repository. The copy is made inside a sandbox (the
