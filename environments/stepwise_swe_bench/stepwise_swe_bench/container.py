@@ -17,7 +17,7 @@ import shlex
 import time
 import uuid
 
-from .limits import SandboxLimits, ulimit_prelude
+from .limits import SandboxLimits, grading_limits, ulimit_prelude
 from .output import CommandResult, OutputBuffer
 
 __all__ = ["RuntimeSandbox"]
@@ -38,16 +38,25 @@ class RuntimeSandbox:
         self.limits = limits or SandboxLimits()
         self.workdir = workdir
 
-    def argv(self, command: str, timeout_s: float, read_bytes: int) -> list[str]:
+    def argv(
+        self, command: str, timeout_s: float, read_bytes: int, limits: SandboxLimits | None = None
+    ) -> list[str]:
         """What ``Runtime.run`` executes in the container for ``command``."""
-        wrapper = f'cd -- "$2" || exit 125; {ulimit_prelude(self.limits)}; {_RUN}'
+        wrapper = f'cd -- "$2" || exit 125; {ulimit_prelude(limits or self.limits)}; {_RUN}'
         return [
             "/bin/bash", "-c", wrapper, "sandbox",
             command, self.workdir, f"{timeout_s:g}", str(read_bytes),
         ]  # fmt: skip
 
     async def _run(
-        self, command: str, *, stdin: bytes | None, timeout_s: float, kept_bytes: int, label: str
+        self,
+        command: str,
+        *,
+        stdin: bytes | None,
+        timeout_s: float,
+        kept_bytes: int,
+        label: str,
+        limits: SandboxLimits | None = None,
     ) -> CommandResult:
         staged = None
         if stdin is not None:
@@ -56,7 +65,7 @@ class RuntimeSandbox:
             command = f"{{ {command}\n}} < {staged}; status=$?; rm -f {staged}; exit $status"
         kill = self.limits.output_kill_bytes
         start = time.monotonic()
-        result = await self.runtime.run(self.argv(command, timeout_s, kill + 1), {})
+        result = await self.runtime.run(self.argv(command, timeout_s, kill + 1, limits), {})
         duration = time.monotonic() - start
         status_lines = [
             line for line in result.stderr.splitlines() if line.startswith(f"{_STATUS} ")
@@ -106,4 +115,5 @@ class RuntimeSandbox:
             timeout_s=timeout_s,
             kept_bytes=kept_bytes,
             label="grading script",
+            limits=grading_limits(self.limits, timeout_s),
         )

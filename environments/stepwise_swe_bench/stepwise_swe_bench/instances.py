@@ -3,7 +3,9 @@
 Rows come from ``swebench``'s own loader (``swebench.harness.utils.load_swebench_dataset``: a
 Hugging Face dataset id, or a local ``.json``/``.jsonl``/``.parquet`` file) or from the bundled
 task repository (``fixtures``). ``swebench`` 5.x grades from columns the datasets carry
-(``eval_script``, ``log_parser``, ``eval_type``, ``image``), so those are required.
+(``eval_script``, ``log_parser``, ``eval_type``, ``image``), so those are required; a row without
+an image gets the official name swebench derives from its id. Bundled tasks have no image: they
+run locally.
 """
 
 from __future__ import annotations
@@ -132,4 +134,15 @@ def load_instances(
                 f"could not load SWE-bench instances from {name!r} (split {split!r}): "
                 f"{type(error).__name__}: {error}"
             ) from error
+        rows = [_with_image(row) for row in rows]
     return [SweInstance.from_row(row, f"{source} ({split})") for row in rows]
+
+
+def _with_image(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataset row's image, or the official one swebench derives from the instance id."""
+    from swebench.task.checks import expected_image
+
+    row = dict(row)
+    if not row.get("image") and "instance_id" in row:
+        row["image"] = expected_image(row["instance_id"])
+    return row

@@ -11,10 +11,12 @@ covers only that sandbox's processes.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import Field
 from pydantic_config import BaseConfig
 
-__all__ = ["SandboxLimits", "ulimit_prelude"]
+__all__ = ["SandboxLimits", "grading_limits", "ulimit_prelude"]
 
 MIB = 1024 * 1024
 
@@ -40,6 +42,11 @@ class SandboxLimits(BaseConfig):
     """Output kept for the record: the first and last halves of this many bytes."""
     output_kill_bytes: int = Field(16 * MIB, gt=0)
     """A command producing more output than this is killed."""
+
+
+def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:
+    """Limits of a grading run: a test process may use CPU for as long as the run may last."""
+    return limits.model_copy(update={"cpu_s": max(limits.cpu_s, math.ceil(timeout_s))})
 
 
 def ulimit_prelude(limits: SandboxLimits) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from .limits import SandboxLimits, ulimit_prelude
+from .limits import SandboxLimits, grading_limits, ulimit_prelude
 from .output import CommandResult
 from .process import run_process
 
@@ -249,14 +249,14 @@ class BwrapSandbox:
             "--uid", str(USERNS_ID), "--gid", str(USERNS_ID),
         ]  # fmt: skip
 
-    def _inner(self, command: str, chdir: str) -> list[str]:
+    def _inner(self, command: str, chdir: str, limits: SandboxLimits) -> list[str]:
         """bash with the limits applied, in ``chdir``, then ``command``; as root, after
         dropping to 65534 (so the directory is entered as its owner)."""
         drop = [
             "setpriv", f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
-        prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(self.limits)}'
+        prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(limits)}'
         shell = ["/bin/bash", "-c", f'{prelude}; exec /bin/bash -c "$1"']
         return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
 
@@ -278,9 +278,12 @@ class BwrapSandbox:
         binds: Sequence[Bind],
         files: Mapping[str, bytes] | None = None,
         chdir: str = WORKDIR,
+        limits: SandboxLimits | None = None,
     ) -> Iterator[BwrapCommand]:
         """The full command line for ``command`` with ``binds`` and read-only data ``files``
-        (path inside -> content, passed through memfds that are closed on exit)."""
+        (path inside -> content, passed through memfds that are closed on exit), under
+        ``limits`` (default: the sandbox's)."""
+        limits = limits or self.limits
         fds: list[int] = []
         try:
             argv = [self.binary, *self._namespaces(), "--ro-bind", "/usr", "/usr"]
@@ -312,7 +315,7 @@ class BwrapSandbox:
                 argv += [option, str(bind.source), bind.dest]
             argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
             argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
-            yield BwrapCommand([*argv, "--", *self._inner(command, chdir)], fds)
+            yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits)], fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -349,8 +352,9 @@ class BwrapSandbox:
         timeout_s: float | None = None,
         kept_bytes: int | None = None,
         label: str | None = None,
+        limits: SandboxLimits | None = None,
     ) -> CommandResult:
-        with self.command(command, binds, files) as cmd:
+        with self.command(command, binds, files, limits=limits) as cmd:
             return await run_process(
                 cmd.argv,
                 label=label or command,
@@ -398,6 +402,7 @@ class BwrapSandbox:
                 timeout_s=timeout_s,
                 kept_bytes=kept_bytes,
                 label="grading script",
+                limits=grading_limits(self.limits, timeout_s),
             )
         finally:
             remove_tree(copy)
