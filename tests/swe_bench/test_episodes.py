@@ -1,6 +1,7 @@
-"""Whole episodes of ``stepwise-swe-bench`` with a scripted model that works through tool calls.
+"""End to end: the real ``vf-eval stepwise-swe-bench`` against the local model server, whose
+scripted model works through tool calls, with every command in the bubblewrap sandbox.
 
-One run, three bundled tasks, two rollouts each (tool servers start once per rollout, so the
+One run, three bundled tasks, two rollouts each (a tool server starts per rollout, so the
 scenarios share a run):
 
 - semverlite: both rollouts fix the bug in round 1 -> resolved, turn rewards [1];
@@ -13,20 +14,19 @@ scenarios share a run):
 
 from __future__ import annotations
 
-import asyncio
-import os
+import json
 import socket
 import threading
 
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise import score_group
-from verifiers_stepwise.testing.episodes import run_groups
+from verifiers_stepwise import read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
+from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
-KEY_VAR = "SWE_BENCH_TEST_API_KEY"
 SECRET = "sk-host-secret-5d1e7a"
+TASKS = ["stepwise__semverlite-12", "stepwise__intervals-1", "stepwise__slugs-21"]
 
 
 def call(name: str, **arguments) -> Reply:
@@ -103,29 +103,32 @@ def run(tmp_path_factory):
             "stepwise-fixtures/slugs": PerRollout(TWO_ROUNDS, GIVE_UP),
         }
     )
-    config = {
-        "taskset": {
-            "id": "stepwise-swe-bench",
-            "instance_ids": ["stepwise__semverlite-12", "stepwise__intervals-1", "stepwise__slugs-21"],
-            "task": {"sandbox": {"timeout_s": 3}, "budget": {"max_steps_per_round": 7, "max_steps": 12}},
-        },
-        "max_turns": 2,
-    }
+    flags = [
+        "stepwise-swe-bench", "-n", "3", "-r", "2", "--env.max-turns", "2",
+        "--env.taskset.instance-ids", json.dumps(TASKS),
+        "--env.taskset.task.sandbox.timeout-s", "3",
+        "--env.taskset.task.budget.max-steps-per-round", "7",
+        "--env.taskset.task.budget.max-steps", "12",
+    ]  # fmt: skip
+    home = tmp_path_factory.mktemp("home")
     watcher = threading.Thread(target=accept)
     watcher.start()
-    saved = dict(os.environ)
-    os.environ.update({KEY_VAR: "sk-local", "SWE_BENCH_DB_PASSWORD": SECRET})
     try:
         with ModelServer(script) as server:
-            client = vf.EvalClientConfig(base_url=server.base_url, api_key_var=KEY_VAR)
-            groups = asyncio.run(run_groups(config, client, rollouts=2))
+            run = run_vf_eval(
+                flags,
+                server.base_url,
+                output_dir=home / "outputs",
+                env={"HOME": str(home), "SWE_BENCH_DB_PASSWORD": SECRET},
+            )
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
         done.set()
         watcher.join()
         listener.close()
-    return {"groups": groups, "outside": outside, "accepted": accepted}
+    groups: dict[str, list] = {}
+    for episode in run.episodes:
+        groups.setdefault(episode.traces[0].task.data.id, []).append(episode)
+    return {"groups": [groups[t] for t in TASKS], "outside": outside, "accepted": accepted, "home": home}
 
 
 def traces(group) -> list[vf.Trace]:
@@ -142,7 +145,7 @@ def test_a_model_that_fixes_the_bug_is_resolved_with_reward_1(run):
     semver = run["groups"][0]
     for episode, trace in zip(semver, traces(semver)):
         assert episode.ok and trace.ok, trace.errors
-        assert trace.info["turn_rewards"] == [1.0]
+        assert trace.info["turn_rewards"] == [1.0] and read_turns(trace).rewards == [1.0]
         assert trace.rewards["resolved"].score == 1.0
         (round_,) = trace.info["swe_bench"]["rounds"]
         assert round_["status"] == "RESOLVED_FULL" and round_["submitted"]
@@ -203,3 +206,11 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     advantages = score_group(group, "stepwise")
     fixed_adv, idle_adv = (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
     assert fixed_adv[1] > fixed_adv[0] > max(idle_adv)
+
+
+def test_every_episode_is_recorded_and_cleaned_up(run):
+    assert sum(len(group) for group in run["groups"]) == 6
+    assert all(episode.ok for group in run["groups"] for episode in group)
+    # The repositories (and grading copies) went away with their rollouts.
+    assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/repo"))
+    assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/.grading-*"))
