@@ -172,7 +172,8 @@ class Bind:
     writable: bool = False
 
 
-def _python_prefixes(python: Path) -> list[Path]:
+@functools.cache
+def _python_prefixes(python: Path) -> tuple[Path, ...]:
     """Directories an interpreter needs: its environment and, for a venv, the base install.
     Paths under /usr are visible anyway."""
     out = subprocess.run(
@@ -186,7 +187,7 @@ def _python_prefixes(python: Path) -> list[Path]:
         prefix = Path(raw).resolve()
         if not prefix.is_relative_to("/usr") and prefix not in prefixes:
             prefixes.append(prefix)
-    return prefixes
+    return tuple(prefixes)
 
 
 def _parents(dest: str) -> list[str]:
