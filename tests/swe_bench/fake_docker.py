@@ -40,9 +40,11 @@ def after_container(args: list[str]) -> list[str]:
 command = argv[0] if argv else ""
 if command == "version":
     print("Client: fake\nServer: fake")
+elif command == "image":  # `image inspect` of verifiers' network helper: cached
+    print("[{}]")
 elif command == "run" and "--detach" in argv:
     print("f" * 64)
-elif command == "run":
+elif command == "run" and "--volume" in argv:
     # The proxy helper: hand a listening socket back over the control socket, as
     # verifiers' _PASS_LISTENER does inside the container's network namespace.
     volume = argv[argv.index("--volume") + 1].split(":")[0]
@@ -53,6 +55,8 @@ elif command == "run":
     control.connect(f"{volume}/control.sock")
     fds = array.array("i", [listener.fileno()])
     control.sendmsg([b"listener"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+elif command == "run":  # the network cut, in a helper sharing the container's namespace
+    pass
 elif command == "inspect":
     config = {"Env": ["PATH=/usr/bin:/bin"], "User": "", "Image": "swebench-image", "WorkingDir": "/testbed"}
     print(json.dumps(config))

@@ -117,6 +117,8 @@ def test_the_instance_decides_the_image_and_workdir(tmp_path: Path):
     task = SweBenchTask(task_data(instance), SweBenchTaskConfig())
     config = resolve_runtime_config(vf.DockerConfig(), task)  # verifiers' own resolution
     assert (config.image, config.workdir) == (IMAGE, "/testbed")
+    # No network for the model's commands: verifiers' framework-only policy.
+    assert config.network_restricted and (config.allow, config.block) == ([], ["*"])
     with pytest.raises(ValueError, match="docker"):
         resolve_runtime_config(vf.SubprocessConfig(), task)
 
@@ -128,6 +130,8 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     config = resolve_runtime_config(vf.DockerConfig(), task)
     async with provision_runtime(config) as runtime:
         box, sandbox = await prepare_box(runtime, instance, limits)
+        # What a rollout does after task setup: cut the container's network.
+        await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
         command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
         verdict = await grade(instance, sandbox, timeout_s=600, kept_log_bytes=1 << 20)
         # The tool server's view: it borrows the container by id.
@@ -138,6 +142,9 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     (run,) = [a for a in argvs if a[:1] == ["run"] and "--detach" in a]
     assert run[run.index("--entrypoint") + 1] == "sleep" and run[-2:] == [IMAGE, "infinity"]
     container = run[run.index("--name") + 1]
+    assert {"NET_ADMIN", "NET_RAW"} <= {run[i + 1] for i, a in enumerate(run) if a == "--cap-drop"}
+    (cut,) = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
+    assert f"container:{container}" in cut and "iptables -A OUTPUT -j REJECT" in " ".join(cut)
     assert box.kind == "docker" and box.repo == "/testbed" and box.container == "f" * 12
 
     def sandboxed(argv: list[str]) -> list[str] | None:

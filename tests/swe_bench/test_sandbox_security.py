@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import UNPRIVILEGED_ID, BwrapSandbox
 
@@ -164,6 +166,8 @@ def sandbox_processes() -> set[int]:
 UNPRIVILEGED_CHILD = r"""
 import asyncio, json, os, sys
 from pathlib import Path
+
+import pytest
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox
 repo = Path(sys.argv[1])
@@ -219,3 +223,32 @@ def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
     assert results["fork_bomb"][0] == "timeout"
     assert "Resource temporarily unavailable" in results["fork_bomb"][1]
     assert "rc=1" in results["nested_userns"][1], results["nested_userns"]
+
+
+def test_the_sandbox_sees_only_what_is_listed(sandbox: BwrapSandbox):
+    etc = run(sandbox, "ls -A /etc").output.split()
+    assert set(etc) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group", "hosts"}
+    assert {"passwd", "group", "hosts"} <= set(etc)
+    names = {line.split("=", 1)[0] for line in run(sandbox, "env -0 | tr '\\0' '\\n'").output.splitlines() if "=" in line}
+    assert names - {"PWD", "OLDPWD", "SHLVL", "_"} == {  # set by bash itself
+        "PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "PAGER", "GIT_PAGER",
+        "PYTHONDONTWRITEBYTECODE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+    }  # fmt: skip
+    # Besides the system directories, only mount points of the bound Python environment.
+    top = set(run(sandbox, "ls -A /").output.split())
+    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "etc", "proc", "testbed", "tmp", "usr"}
+    assert {"testbed", "tmp", "usr", "etc", "proc", "dev"} <= top
+    assert top - system <= {prefix.parts[1] for prefix in sandbox.python_prefixes}
+
+
+def test_missing_bubblewrap_refuses_with_install_instructions(repo: Path, monkeypatch, tmp_path: Path):
+    from stepwise_swe_bench import sandbox as module
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    module._bwrap.cache_clear()
+    try:
+        with pytest.raises(module.SandboxUnavailable) as error:
+            BwrapSandbox(repo)
+    finally:
+        module._bwrap.cache_clear()
+    assert "apt-get install -y bubblewrap" in str(error.value) and "will not run" in str(error.value)

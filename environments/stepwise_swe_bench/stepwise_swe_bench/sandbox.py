@@ -227,7 +227,9 @@ class BwrapSandbox:
         self.binary, self._options = _bwrap()
         interpreter = Path(python or sys.executable)
         self._path = f"{interpreter.parent}:/usr/local/bin:/usr/bin:/bin"
-        self._system = [Bind(p, str(p)) for p in _python_prefixes(interpreter)]
+        self.python_prefixes = _python_prefixes(interpreter)
+        """Directories of the test environment's Python, visible read-only."""
+        self._system = [Bind(p, str(p)) for p in self.python_prefixes]
         self.scratch = Path(scratch or self.repo.parent)
         self.privileged = os.geteuid() == 0
         self._check()

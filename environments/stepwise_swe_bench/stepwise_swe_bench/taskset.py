@@ -133,12 +133,14 @@ class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
 
 
 def task_data(instance: SweInstance) -> SweBenchTaskData:
-    """The task row: the prompt the model sees, and the container image when there is one."""
+    """The task row: the prompt the model sees and, for an instance with an image, the container
+    (image, /testbed) with no network for the model's commands (verifiers' framework-only
+    policy; local tasks get no network from the sandbox)."""
+    container = {"image": instance.image, "workdir": "/testbed", "network_allow": []}
     return SweBenchTaskData(
         id=instance.instance_id,
         name=instance.instance_id,
         prompt=PROMPT.format(repo=instance.repo, problem_statement=instance.problem_statement.strip()),
-        image=instance.image,
-        workdir="/testbed" if instance.image else None,
         instance=instance,
+        **(container if instance.image else {}),
     )
