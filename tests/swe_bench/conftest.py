@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +26,28 @@ def repo(tmp_path: Path) -> Path:
 def sandbox(repo: Path) -> BwrapSandbox:
     limits = SandboxLimits(timeout_s=20, processes=64, output_kill_bytes=4 * 1024 * 1024)
     return BwrapSandbox(repo, limits)
+
+
+@contextlib.contextmanager
+def loopback_server() -> Iterator[tuple[int, list]]:
+    """A TCP server on the host's 127.0.0.1: yields its port and the connections it accepted."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    accepted: list = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(server.accept())
+
+    watcher = threading.Thread(target=accept)
+    watcher.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        done.set()
+        watcher.join()
+        server.close()

@@ -15,8 +15,6 @@ scenarios share a run):
 from __future__ import annotations
 
 import json
-import socket
-import threading
 
 import pytest
 import verifiers.v1 as vf
@@ -24,6 +22,8 @@ import verifiers.v1 as vf
 from verifiers_stepwise import read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+
+from .conftest import loopback_server
 
 SECRET = "sk-host-secret-5d1e7a"
 TASKS = ["stepwise__semverlite-12", "stepwise__intervals-1", "stepwise__slugs-21"]
@@ -82,24 +82,18 @@ def attacks(outside: str, port: int) -> list:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     outside = tmp_path_factory.mktemp("host") / "outside.txt"
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(0.2)
-    accepted: list = []
-    done = threading.Event()
+    home = tmp_path_factory.mktemp("home")
+    with loopback_server() as (port, accepted):
+        groups = play(outside, port, home)
+    return {"groups": groups, "outside": outside, "accepted": accepted, "home": home}
 
-    def accept() -> None:
-        while not done.is_set():
-            try:
-                accepted.append(listener.accept())
-            except TimeoutError:
-                continue
 
+def play(outside, port: int, home) -> list[list]:
+    """Run vf-eval; the episodes of each of TASKS."""
     script = scripted(
         {
             "semverlite": SOLVE,
-            "stepwise-fixtures/intervals": PerRollout(BREAK_PASS_TO_PASS, attacks(str(outside), listener.getsockname()[1])),
+            "stepwise-fixtures/intervals": PerRollout(BREAK_PASS_TO_PASS, attacks(str(outside), port)),
             "stepwise-fixtures/slugs": PerRollout(TWO_ROUNDS, GIVE_UP),
         }
     )
@@ -110,25 +104,17 @@ def run(tmp_path_factory):
         "--env.taskset.task.budget.max-steps-per-round", "7",
         "--env.taskset.task.budget.max-steps", "12",
     ]  # fmt: skip
-    home = tmp_path_factory.mktemp("home")
-    watcher = threading.Thread(target=accept)
-    watcher.start()
-    try:
-        with ModelServer(script) as server:
-            run = run_vf_eval(
-                flags,
-                server.base_url,
-                output_dir=home / "outputs",
-                env={"HOME": str(home), "SWE_BENCH_DB_PASSWORD": SECRET},
-            )
-    finally:
-        done.set()
-        watcher.join()
-        listener.close()
+    with ModelServer(script) as server:
+        run = run_vf_eval(
+            flags,
+            server.base_url,
+            output_dir=home / "outputs",
+            env={"HOME": str(home), "SWE_BENCH_DB_PASSWORD": SECRET},
+        )
     groups: dict[str, list] = {}
     for episode in run.episodes:
         groups.setdefault(episode.traces[0].task.data.id, []).append(episode)
-    return {"groups": [groups[t] for t in TASKS], "outside": outside, "accepted": accepted, "home": home}
+    return [groups[t] for t in TASKS]
 
 
 def traces(group) -> list[vf.Trace]:

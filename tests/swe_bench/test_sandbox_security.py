@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +12,8 @@ import pytest
 
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import UNPRIVILEGED_ID, BwrapSandbox
+
+from .conftest import loopback_server
 
 
 def run(sandbox: BwrapSandbox, command: str, **kwargs):
@@ -44,34 +44,13 @@ def test_writes_outside_the_workdir_fail(sandbox: BwrapSandbox, repo: Path, tmp_
 
 
 def test_host_loopback_server_is_unreachable(sandbox: BwrapSandbox):
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    port = server.getsockname()[1]
-    accepted: list[object] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        while not done.is_set():
-            try:
-                accepted.append(server.accept())
-            except TimeoutError:
-                continue
-
-    watcher = threading.Thread(target=accept)
-    watcher.start()
-    try:
+    with loopback_server() as (port, accepted):
         result = run(
             sandbox,
             f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
             f"echo x > /dev/tcp/127.0.0.1/{port}; echo x > /dev/tcp/10.0.0.1/80; "
             "python -c \"import socket; print(socket.if_nameindex())\"",
         )
-    finally:
-        done.set()
-        watcher.join()
-        server.close()
     assert not accepted
     assert "Connection refused" in result.output
     assert "Network is unreachable" in result.output
