@@ -27,14 +27,18 @@ Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
+import ssl
 from contextlib import AsyncExitStack
 from typing import Any
 
+import certifi
 import httpx
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1 import graph
 from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.harnesses.utils.compaction import bound_tool_message
@@ -123,11 +127,8 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """One segment on the task's own prompt, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
-        try:
-            return await session._run(None)
-        finally:
-            await session.close()
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(None, *args)
 
     async def resume(
         self,
@@ -142,7 +143,11 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """The next segment: the trace's current branch plus ``messages``, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(messages, *args)
+
+    async def _segment(self, messages: vf.Messages | None, *args: Any) -> vf.ProgramResult:
+        session = await self.session(*args)
         try:
             return await session._run(messages)
         finally:
@@ -184,7 +189,9 @@ class ChatSession(vf.HarnessSession):
 
     async def _open(self) -> None:
         self._http = await self._stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0))
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context()
+            )
         )
         if self.mcp_urls:
             headers = self.config.resolve_mcp_headers(self.mcp_urls)
@@ -208,8 +215,8 @@ class ChatSession(vf.HarnessSession):
             if system:
                 context.insert(0, vf.SystemMessage(content=system))
         else:
-            branches = self.trace.branches
-            context = list(branches[-1].messages) if branches else []
+            leaves = graph.leaves(self.trace)  # the current branch ends at the newest leaf
+            context = graph.path(self.trace, leaves[-1]) if leaves else []
             if not context and system:
                 context.append(vf.SystemMessage(content=system))
             if self.config.exclude_think:
@@ -305,6 +312,13 @@ class ChatSession(vf.HarnessSession):
         if verdict["action"] == "stop":
             raise ModelCallError(f"rollout stopped: {verdict['reason']}", 400)
         return verdict
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context per process: loading the CA bundle takes tens of milliseconds, which a fresh
+    httpx client would pay at every rollout (the endpoint is https only behind a tunnel)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _error_text(body: bytes) -> str:
