@@ -11,7 +11,8 @@ from verifiers.v1.interception import InterceptionServer
 from verifiers.v1.session import RolloutSession
 from verifiers.v1.utils.loaders import harness_class, harness_config_type
 
-from verifiers_stepwise.harness import StepwiseChatConfig, StepwiseChatHarness, strip_think
+from verifiers_stepwise import harness as harness_module
+from verifiers_stepwise.harness import ChatSession, ModelCallError, StepwiseChatConfig, StepwiseChatHarness, strip_think
 from verifiers_stepwise.testing.server import ModelServer, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.tools import Calculator, CalculatorState
 
@@ -22,7 +23,7 @@ SCRIPT = scripted(
         "Count with me": ["one", "two", "three"],
         "Write a long answer": ["alpha beta gamma delta epsilon"],
         "Flaky": [Reply(content="fine", fault="http_500", times=1)],
-        "Broken": [Reply(fault="http_500")],
+        "Broken call": [Reply(fault="http_500")],
         "Add 2 and 3": [
             Reply(
                 content="Let me add.",
@@ -224,3 +225,84 @@ def test_strip_think(content, expected):
     assert stripped.content == expected
     assert stripped.reasoning_content is None and stripped.provider_state is None
     assert stripped.tool_calls == message.tool_calls
+
+
+async def test_exclude_think_keeps_the_current_turns_reasoning_through_its_tool_loop(server):
+    prompt = "Think, then call a tool"
+    script = scripted(
+        {
+            prompt: [
+                Reply(content="<think>call it</think>", reasoning="plan A", tool_calls=[ToolCallReply("lookup", {})]),
+                Reply(content="<think>done</think>first answer", reasoning="plan B"),
+                "second answer",
+            ]
+        }
+    )
+    with ModelServer(script) as local:
+        async with agent(local, harness={"exclude_think": True}).interaction(task(prompt)) as chat:
+            await chat.turn()
+            await chat.turn("again")
+        first, within, later = local.chat_requests
+    tool_loop = within["messages"]
+    assert tool_loop[2]["reasoning_content"] == "plan A"  # same turn: kept
+    assert tool_loop[2]["content"] == "<think>call it</think>"
+    assert tool_loop[3]["content"] == "error: unknown tool 'lookup'"
+    earlier = [m for m in later["messages"] if m["role"] == "assistant"]
+    assert [m["content"] for m in earlier] == ["", "first answer"]  # later turn: stripped
+    assert all("reasoning_content" not in m for m in earlier)
+
+
+async def test_one_session_serves_every_turn_of_a_rollout(server, monkeypatch):
+    opened = []
+    original = ChatSession._open
+
+    async def counting(self):
+        opened.append(self)
+        await original(self)
+
+    monkeypatch.setattr(ChatSession, "_open", counting)
+    async with agent(server).interaction(task("Count with me (one session)")) as chat:
+        for message in (None, "next", "next"):
+            await chat.turn(message)
+    assert len(opened) == 1
+
+
+async def test_retries_back_off_exponentially(server, monkeypatch):
+    delays = []
+
+    async def no_wait(seconds, *args):
+        if seconds:  # the event loop's own sleep(0) yields are not back-offs
+            delays.append(seconds)
+
+    monkeypatch.setattr(harness_module.asyncio, "sleep", no_wait)
+    trace = await agent(server, harness={"retry_backoff": 0.2, "max_retries": 3}).run(task("Broken call, backing off"))
+    assert not trace.ok and delays == [0.2, 0.4, 0.8]
+
+
+async def test_request_timeout_bounds_a_model_call():
+    with ModelServer(scripted({"Hang": [Reply(fault="timeout")]}), hang_seconds=30) as local:
+        trace = await agent(local, harness={"request_timeout": 0.5, "max_retries": 0}).run(task("Hang"))
+    assert not trace.ok and trace.stop_condition == "harness_error"
+    assert "ReadTimeout" in trace.errors[-1].message
+
+
+@pytest.mark.parametrize(
+    ("fault", "stream", "message"),
+    [
+        ("empty", True, r"the model stream ended before data: \[DONE\]"),
+        ("malformed_json", False, "malformed completion from the interception endpoint"),
+        ("http_500", True, "scripted fault: internal server error"),
+    ],
+)
+async def test_broken_answers_from_the_endpoint_raise_after_the_retries(fault, stream, message):
+    """Straight against the model server, without an interception in between."""
+    data = vf.TaskData(prompt=f"fault {fault}")
+    ctx = vf.ModelContext(model="m", client=vf.EvalClientConfig())
+    trace = vf.Trace(task=vf.TraceTask(type="Task", data=data), agent=vf.AgentInfo(config=vf.AgentConfig()))
+    harness = StepwiseChatHarness(StepwiseChatConfig(stream=stream, max_retries=1, retry_backoff=0.0))
+    with ModelServer(scripted({"fault": [Reply(fault=fault)]})) as local:
+        session = await harness.session(ctx, trace, None, local.base_url, "secret", {}, data)
+        with pytest.raises(ModelCallError, match=message):
+            await session._run(None)
+        await session.close()
+        assert len(local.chat_requests) == 2  # the first try and one retry

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted, spawned
 
 SCRIPT = scripted(
     {
@@ -156,3 +156,11 @@ def _not_json(text: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def test_runs_as_its_own_process_until_stdin_closes():
+    with spawned("hello there") as base_url:
+        assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
+        body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
+        reply = httpx.post(f"{base_url}/chat/completions", json=body).json()
+        assert reply["choices"][0]["message"]["content"] == "hello there"
