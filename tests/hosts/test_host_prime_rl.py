@@ -18,6 +18,7 @@ import shutil
 import sys
 import tomllib
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import verifiers.v1 as vf
@@ -210,6 +211,10 @@ def test_registration_makes_the_readme_toml_valid(tmp_path):
 
     register()
     register()  # idempotent
+    from prime_rl.configs import algorithm, orchestrator
+
+    for module in (algorithm, orchestrator):
+        assert get_args(get_args(module.AlgoConfig)[0]).count(StepwiseAlgoConfig) == 1
     # The README's [orchestrator] tables, as the orchestrator's own config file.
     orchestrator = tomllib.loads(readme_toml())["orchestrator"]
     (tmp_path / "orchestrator.toml").write_text(tomli_w.dumps(orchestrator))
@@ -238,7 +243,7 @@ def test_rl_launcher_dry_run_with_the_readme_toml(tmp_path, monkeypatch):
     assert algo["type"] == "stepwise" and algo["scale"] == "none"
     # The orchestrator process it would start runs `orchestrator` from PATH: this wrapper.
     shim = Path(shutil.which("orchestrator"))
-    assert f"-m verifiers_stepwise.hosts.prime_rl orchestrator" in shim.read_text()
+    assert "-m verifiers_stepwise.hosts.prime_rl orchestrator" in shim.read_text()
     from prime_rl.configs.orchestrator import OrchestratorConfig
     from prime_rl.utils.config import cli
 

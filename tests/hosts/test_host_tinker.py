@@ -9,7 +9,6 @@ that records which functions the training loop would call.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 import chz

@@ -124,14 +124,15 @@ def register() -> None:
     from prime_rl.orchestrator import algo as algorithm_runtime
 
     algorithm_runtime.ALGORITHM_CLASSES.setdefault(TYPE, StepwiseAlgorithm)
-    old_union, *metadata = get_args(algorithm_configs.AlgoConfig)  # Annotated[Union, Field]
+    old_alias = algorithm_configs.AlgoConfig
+    old_union, *metadata = get_args(old_alias)  # Annotated[Union[...], Field(discriminator)]
     members = get_args(old_union)
     if StepwiseAlgoConfig in members:
         return
     new_union = Union[(*members, StepwiseAlgoConfig)]
     new_alias = Annotated[(new_union, *metadata)]
     for module in _config_modules():
-        if getattr(module, "AlgoConfig", None) is algorithm_configs.AlgoConfig:
+        if getattr(module, "AlgoConfig", None) is old_alias:
             module.AlgoConfig = new_alias
 
     models = _config_models()
