@@ -31,7 +31,9 @@ whose advantage is 0 leaves the RL loss, the other turns of the same trace still
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import types
@@ -233,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _shim_orchestrator() -> None:
     shim_dir = tempfile.mkdtemp(prefix="stepwise-prime-rl-")
+    atexit.register(shutil.rmtree, shim_dir, ignore_errors=True)  # the launcher outlives its children
     shim = os.path.join(shim_dir, "orchestrator")
     with open(shim, "w") as f:
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {__name__} orchestrator "$@"\n')
