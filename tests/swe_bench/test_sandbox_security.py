@@ -255,3 +255,16 @@ def test_missing_bubblewrap_refuses_with_install_instructions(repo: Path, monkey
     finally:
         module._bwrap.cache_clear()
     assert "apt-get install -y bubblewrap" in str(error.value) and "will not run" in str(error.value)
+
+
+def test_a_python_environment_under_tmp_is_usable(repo: Path, tmp_path: Path):
+    """The sandbox's /tmp is its own; a test environment that lives under the host's /tmp (as
+    CI's does) is still mounted and reachable."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    sandbox = BwrapSandbox(repo, python=venv / "bin" / "python")
+    result = run(sandbox, "python -c 'import sys; print(sys.prefix)'")
+    assert (result.exit_code, result.output.strip()) == (0, str(venv))

@@ -318,7 +318,8 @@ class BwrapSandbox:
             made: set[str] = set()
             for bind in (*self._system, *binds):
                 for parent in _parents(bind.dest):
-                    if parent not in made and not parent.startswith(("/usr", "/tmp")):
+                    # /usr and /tmp exist already; anything below /usr is read-only.
+                    if parent not in made and parent != "/tmp" and not parent.startswith("/usr"):
                         made.add(parent)
                         argv += ["--perms", "0755", "--dir", parent]
                 option = "--bind" if bind.writable else "--ro-bind"
