@@ -1,0 +1,199 @@
+"""Results of ``vf-stepwise advantages``: the summary (as a dict and as rich tables) and the
+per-turn JSONL file.
+
+JSONL: one object per turn of every scored trajectory, groups in first-seen order, each
+group's trajectories in read order:
+
+    file, line          where the episode is (line numbers from 1)
+    episode, trace      the episode's and the trace's ids
+    agent, group        the trace's agent; the group index (0-based, as in the summary)
+    group_by, group_id  the field the group was formed by and its value (see tracefile)
+    turn, turns         turn index t (0-based) and the trajectory's number of turns T
+    reward, tokens      r_t and the turn's sampled tokens (0 without token ids)
+    return, advantage   R_t and A_t of the main estimator config
+    compare_return, compare_advantage   the same for ``--compare``, when given
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from verifiers_stepwise.analysis import Credit, turn_stats
+from verifiers_stepwise.estimators import zero_advantage_groups
+from verifiers_stepwise.tracefile import PROBLEMS, Collected, Grouped
+
+__all__ = ["number", "render", "summary", "write_turn_rows"]
+
+
+def summary(
+    collected: Collected,
+    grouped: Grouped,
+    credits: list[Credit],
+    sweep: list[Credit],
+    output: Path | None,
+) -> dict[str, Any]:
+    """Everything the command reports, as plain JSON-able values."""
+    batch = grouped.batch
+    sizes = Counter(batch.group_sizes.tolist())
+
+    def config_summary(credit: Credit) -> dict[str, Any]:
+        stats = turn_stats(batch, credit, grouped.tokens)
+        return {
+            "label": credit.label,
+            "config": credit.estimator.config.model_dump(),
+            "returns": {"gamma": credit.gamma, "aggregation": credit.aggregation},
+            "zero_advantage_groups": int(zero_advantage_groups(batch, credit.advantages).sum()),
+            "turns": stats.rows(),
+        }
+
+    return {
+        "files": collected.files,
+        "counts": {
+            "lines": collected.counts["lines"],
+            "blank_lines": collected.counts["blank_lines"],
+            "episodes": collected.counts["episodes"],
+            "traces": collected.counts["traces"],
+            "trajectories": batch.n_trajectories,
+            "turns": batch.n_turns,
+            "not_trainable": collected.counts["not_trainable"],
+            "errored": collected.counts["errored"],
+        },
+        "skipped": {kind: collected.skipped[kind] for kind in PROBLEMS},
+        "problems": [str(p) for p in collected.problems],
+        "groups": {
+            "count": batch.n_groups,
+            "by": dict(Counter(key.by for key in collected.groups)),
+            "sizes": {str(size): n for size, n in sorted(sizes.items())},
+            "singleton": sizes.get(1, 0),
+        },
+        "estimators": [config_summary(credit) for credit in credits],
+        "sweep": [config_summary(credit) for credit in sweep],
+        "output": str(output) if output is not None else None,
+    }
+
+
+def render(console: Any, report: dict[str, Any]) -> None:
+    """Print the summary as rich text and tables."""
+    from rich.table import Table
+
+    counts, groups = report["counts"], report["groups"]
+    console.print(
+        f"[bold]read[/] {len(report['files'])} file(s): {counts['lines']:,} lines"
+        f" ({counts['blank_lines']:,} blank), {counts['episodes']:,} episodes,"
+        f" {counts['traces']:,} traces"
+    )
+    by = ", ".join(f"{field} {n:,}" for field, n in groups["by"].items())
+    sizes = ", ".join(f"{n:,}×{size}" for size, n in groups["sizes"].items())
+    console.print(
+        f"[bold]scored[/] {counts['trajectories']:,} trajectories, {counts['turns']:,} turns,"
+        f" in {groups['count']:,} groups (by {by or '-'}; sizes {sizes or '-'})"
+    )
+    if groups["singleton"]:
+        console.print(f"  {groups['singleton']:,} singleton groups: nothing to compare, advantage 0")
+    excluded = [
+        f"{counts['not_trainable']:,} traces of untrainable agents" if counts["not_trainable"] else "",
+        f"{counts['errored']:,} errored traces kept (their recorded turns)" if counts["errored"] else "",
+    ]
+    if any(excluded):
+        console.print("  " + "; ".join(e for e in excluded if e))
+    skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report["skipped"].items() if n]
+    if skipped:
+        console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
+        for problem in report["problems"]:
+            console.print(f"  [yellow]{problem}[/]", markup=False, highlight=False)
+        total = sum(report["skipped"].values())
+        if total > len(report["problems"]):
+            console.print(f"  ... and {total - len(report['problems']):,} more")
+
+    tokens = any(row["mean_tokens"] for e in report["estimators"] for row in e["turns"])
+    for entry in report["estimators"]:
+        returns = entry["returns"]
+        table = Table(
+            title=f"{entry['label']}\nreturns: γ={returns['gamma']:g}, {returns['aggregation']};"
+            f" {entry['zero_advantage_groups']:,} groups with all advantages 0",
+            title_justify="left",
+        )
+        for name in ("turn", "count", *(("tokens",) if tokens else ()), "mean reward",
+                     "mean return", "mean adv", "std adv", "min adv", "max adv"):
+            table.add_column(name, justify="right")
+        for row in entry["turns"]:
+            table.add_row(
+                str(row["turn"]),
+                f"{row['count']:,}",
+                *((f"{row['mean_tokens']:.1f}",) if tokens else ()),
+                number(row["mean_reward"]),
+                number(row["mean_return"]),
+                number(row["advantage_mean"], "+"),
+                number(row["advantage_std"]),
+                number(row["advantage_min"], "+"),
+                number(row["advantage_max"], "+"),
+            )
+        console.print(table)
+
+    if report["sweep"]:
+        sweep = report["sweep"]
+        table = Table(
+            title=f"gamma sweep of {report['estimators'][0]['label']}:"
+            " mean return and mean advantage per turn",
+            title_justify="left",
+        )
+        table.add_column("turn", justify="right")
+        table.add_column("count", justify="right")
+        for entry in sweep:
+            gamma = entry["returns"]["gamma"]
+            table.add_column(f"γ={gamma:g} return", justify="right")
+            table.add_column(f"γ={gamma:g} adv", justify="right")
+        for t, row in enumerate(sweep[0]["turns"]):
+            cells = []
+            for entry in sweep:
+                cells += [number(entry["turns"][t]["mean_return"]),
+                          number(entry["turns"][t]["advantage_mean"], "+")]
+            table.add_row(str(t), f"{row['count']:,}", *cells)
+        console.print(table)
+    if report["output"]:
+        console.print(f"per-turn results: {report['output']}", highlight=False)
+
+
+def number(value: float, sign: str = "") -> str:
+    """Four decimals, as in the tables; a value that rounds to zero prints as 0, never -0."""
+    return f"{round(value, 4) + 0.0:{sign}.4f}"
+
+
+def write_turn_rows(
+    path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]
+) -> int:
+    """Write the per-turn JSONL file (format in the module docstring); returns the row count."""
+    batch = grouped.batch
+    order = grouped.order.tolist()
+    lengths = batch.lengths.tolist()
+    group_of = batch.group_of_trajectory.tolist()
+    rewards = batch.rewards.tolist()
+    tokens = grouped.tokens.tolist()
+    columns = [("", credits[0])] + [("compare_", c) for c in credits[1:2]]
+    values = [(p, c.returns.tolist(), c.advantages.tolist()) for p, c in columns]
+    turn = 0
+    with path.open("w", encoding="utf-8") as f:
+        for j, source in enumerate(order):
+            key = collected.groups[group_of[j]]
+            head = {
+                "file": collected.files[collected.file[source]],
+                "line": collected.line[source],
+                "episode": collected.episode_ids[source],
+                "trace": collected.trace_ids[source],
+                "agent": key.agent,
+                "group": group_of[j],
+                "group_by": key.by,
+                "group_id": key.id,
+            }
+            for t in range(lengths[j]):
+                row = {**head, "turn": t, "turns": lengths[j], "reward": rewards[turn],
+                       "tokens": tokens[turn]}
+                for prefix, returns, advantages in values:
+                    row[prefix + "return"] = returns[turn]
+                    row[prefix + "advantage"] = advantages[turn]
+                f.write(json.dumps(row) + "\n")
+                turn += 1
+    return turn

@@ -1,0 +1,320 @@
+"""Stream ``traces.jsonl`` files into grouped per-turn rewards, in bounded memory.
+
+A traces file holds one ``Episode.to_record()`` JSON object a line (what ``vf-eval`` writes,
+with eval-client or train-client traces alike). Lines are read one at a time with
+``vf.WireEpisode.model_validate_json`` and each episode is dropped as soon as its per-turn
+rewards are taken: what stays in memory is, per trajectory, its turn rewards, its sampled-token
+count per turn, its place in the file and its episode and trace ids — never the messages or
+token streams, which make up nearly all of a file's bytes.
+
+Grouping rule (which trajectories an estimator compares with each other). A trajectory is one
+trainable trace of an episode; its group is
+
+    (run, env, agent, task group)   with
+    run        = episode.run.id, "" when the episode carries no run,
+    env        = episode.env.id,
+    agent      = trace.agent.name,
+    task group = episode.group.id when set (a trainer's rollout group), otherwise
+                 episode.task.key, otherwise episode.task.hash.
+
+Ids are compared as exact strings, never parsed, split or converted to numbers, and each is
+tagged with the field it came from (a group id "a" and a task key "a" are different groups).
+An episode with none of group.id, task.key and task.hash is bad input: it is never put in a
+catch-all group, the failure that merges every rollout of a run into one group. So
+``vf-eval -n N -r R`` output gives N groups of R trajectories (the task key is a content hash
+of the task row, run-local ``idx`` included). Episodes sharing a group id must share their
+task (key, else hash): a group that mixes tasks is bad input.
+
+Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
+no group identity, a mixed group, a trace without ``info["turn_rewards"]``, a trace whose
+turns disagree with its nodes (``TurnSchemaError``), no turns, or a reward that is not a finite
+number. It raises :class:`BadInput`, or with ``skip_bad`` is skipped and counted by kind
+(a bad line or episode skips that episode, a bad trace only that trace). Traces of agents
+marked not trainable are excluded and counted. Every line and trace is accounted for.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from verifiers_stepwise.ragged import RaggedBatch
+
+__all__ = ["BadInput", "Collected", "GroupKey", "Grouped", "Problem", "PROBLEMS", "collect"]
+
+PROBLEMS: dict[str, str] = {
+    "malformed": "malformed lines",
+    "duplicate": "duplicate episodes",
+    "no_group": "episodes without a group or task id",
+    "mixed_group": "episodes in a group of another task",
+    "no_turn_rewards": "traces without turn rewards",
+    "bad_turns": "traces with invalid turns",
+}
+"""Kinds of bad input, with the plural noun used when counting them."""
+
+MAX_KEPT_PROBLEMS = 20
+"""Skipped items whose messages are kept for display; the rest are only counted."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    where: str
+    """``path:line``."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+class BadInput(ValueError):
+    """An input line or trace that cannot be scored; names the file and line."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    run: str
+    env: str
+    agent: str
+    by: str
+    """The field the id came from: "group.id", "task.key" or "task.hash"."""
+    id: str
+
+
+@dataclass
+class Collected:
+    """Per-turn rewards of every usable trajectory, in read order, plus the accounting."""
+
+    files: list[str] = field(default_factory=list)
+    groups: list[GroupKey] = field(default_factory=list)
+    # per turn, trajectories one after another in read order
+    rewards: array = field(default_factory=lambda: array("d"))
+    tokens: array = field(default_factory=lambda: array("q"))
+    """Sampled tokens of each turn (0 on eval-client traces, which carry no token ids)."""
+    # per trajectory
+    lengths: array = field(default_factory=lambda: array("q"))
+    group: array = field(default_factory=lambda: array("q"))
+    file: array = field(default_factory=lambda: array("q"))
+    line: array = field(default_factory=lambda: array("q"))
+    episode_ids: list[str] = field(default_factory=list)
+    trace_ids: list[str] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    """lines, blank_lines, episodes, traces, trajectories, not_trainable, errored."""
+    skipped: Counter = field(default_factory=Counter)
+    """Skipped items by problem kind (see PROBLEMS)."""
+    problems: list[Problem] = field(default_factory=list)
+    """The first MAX_KEPT_PROBLEMS skipped items."""
+
+    def grouped(self) -> Grouped:
+        """The trajectories reordered group by group (read order inside a group)."""
+        import numpy as np
+
+        from verifiers_stepwise.ragged import RaggedBatch
+
+        lengths = np.frombuffer(self.lengths, dtype=np.int64)
+        group = np.frombuffer(self.group, dtype=np.int64)
+        order = np.argsort(group, kind="stable")
+        new_lengths = lengths[order]
+        starts = np.cumsum(lengths) - lengths
+        new_starts = np.cumsum(new_lengths) - new_lengths
+        # source position of every turn of the regrouped layout
+        turns = np.repeat(starts[order] - new_starts, new_lengths) + np.arange(int(lengths.sum()))
+        batch = RaggedBatch(
+            np.frombuffer(self.rewards, dtype=np.float64)[turns],
+            new_lengths,
+            np.bincount(group, minlength=len(self.groups)),
+        )
+        return Grouped(batch, order, np.frombuffer(self.tokens, dtype=np.int64)[turns])
+
+
+@dataclass(frozen=True)
+class Grouped:
+    batch: RaggedBatch
+    """Groups in first-seen order, each group's trajectories in read order."""
+    order: np.ndarray
+    """(n_traj,) read-order index of each trajectory of ``batch``."""
+    tokens: np.ndarray
+    """(n_turns,) sampled tokens of each turn, in the layout of ``batch.rewards``."""
+
+
+def collect(
+    paths: Iterable[Path | str],
+    *,
+    skip_bad: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Collected:
+    """Read traces files one line at a time and gather their per-turn rewards by group.
+
+    Args:
+      paths: ``traces.jsonl`` files, read in order; line numbers restart in each file.
+      skip_bad: skip and count bad lines and traces instead of raising :class:`BadInput`.
+      progress: called with the byte count of every line read.
+    """
+    reader = _Reader(skip_bad)
+    for path in paths:
+        reader.read(Path(path), progress)
+    return reader.out
+
+
+class _Reader:
+    def __init__(self, skip_bad: bool) -> None:
+        self.skip_bad = skip_bad
+        self.out = Collected()
+        self.group_index: dict[GroupKey, int] = {}
+        self.group_task: dict[tuple[str, str, str], tuple[str | None, str]] = {}
+        self.seen_episodes: dict[str, str] = {}
+
+    def problem(self, kind: str, where: str, message: str) -> None:
+        problem = Problem(kind, where, message)
+        if not self.skip_bad:
+            raise BadInput(problem)
+        self.out.skipped[kind] += 1
+        if len(self.out.problems) < MAX_KEPT_PROBLEMS:
+            self.out.problems.append(problem)
+
+    def read(self, path: Path, progress: Callable[[int], None] | None) -> None:
+        import verifiers.v1 as vf
+        from pydantic import ValidationError
+
+        out = self.out
+        file_index = len(out.files)
+        out.files.append(str(path))
+        with path.open("rb") as f:
+            for number, line in enumerate(f, start=1):
+                if progress is not None:
+                    progress(len(line))
+                out.counts["lines"] += 1
+                if not line.strip():
+                    out.counts["blank_lines"] += 1
+                    continue
+                where = f"{path}:{number}"
+                try:
+                    episode = vf.WireEpisode.model_validate_json(line)
+                except ValidationError as e:
+                    self.problem("malformed", where, _describe(e))
+                    continue
+                out.counts["episodes"] += 1
+                self.episode(episode, where, file_index, number)
+
+    def episode(self, episode: Any, where: str, file_index: int, number: int) -> None:
+        first = self.seen_episodes.setdefault(episode.id, where)
+        if first != where:
+            self.out.counts["traces"] += len(episode.traces)
+            self.problem("duplicate", where, f"episode {episode.id!r} was already read at {first}")
+            return
+        task_group = self.task_group(episode, where)
+        if task_group is None:
+            self.out.counts["traces"] += len(episode.traces)
+            return
+        for position, trace in enumerate(episode.traces):
+            self.trace(trace, position, episode.id, task_group, where, file_index, number)
+
+    def task_group(self, episode: Any, where: str) -> tuple[str, str, str, str] | None:
+        """(run, env, by, id) of the episode, or None after reporting why there is none."""
+        run = episode.run.id if episode.run is not None else ""
+        task = episode.task.key or episode.task.hash
+        if episode.group is not None:
+            if not episode.group.id:
+                self.problem("no_group", where, "episode.group.id is empty")
+                return None
+            seen = self.group_task.setdefault((run, episode.env.id, episode.group.id), (task, where))
+            if seen[0] != task:
+                self.problem(
+                    "mixed_group",
+                    where,
+                    f"group {episode.group.id!r} mixes tasks: task {task!r} here, "
+                    f"{seen[0]!r} at {seen[1]}",
+                )
+                return None
+            return run, episode.env.id, "group.id", episode.group.id
+        if episode.task.key:
+            return run, episode.env.id, "task.key", episode.task.key
+        if episode.task.hash:
+            return run, episode.env.id, "task.hash", episode.task.hash
+        self.problem(
+            "no_group",
+            where,
+            "episode has no group.id and its task has no key or hash, so it cannot be grouped",
+        )
+        return None
+
+    def trace(
+        self,
+        trace: Any,
+        position: int,
+        episode_id: str,
+        task_group: tuple[str, str, str, str],
+        where: str,
+        file_index: int,
+        number: int,
+    ) -> None:
+        from verifiers_stepwise.turns import TurnSchemaError, read_turns
+
+        out = self.out
+        out.counts["traces"] += 1
+        if not trace.agent.trainable:
+            out.counts["not_trainable"] += 1
+            return
+        name = f"trace {position} (agent {trace.agent.name!r})"
+        try:
+            turns = read_turns(trace)
+        except TurnSchemaError as e:
+            self.problem("bad_turns", where, f"{name}: {e}")
+            return
+        if turns is None:
+            self.problem(
+                "no_turn_rewards",
+                where,
+                f"{name} has no info['turn_rewards'] (was it produced by a stepwise environment?)",
+            )
+            return
+        if not turns.rewards:
+            self.problem("bad_turns", where, f"{name}: info['turn_rewards'] is empty")
+            return
+        for t, reward in enumerate(turns.rewards):
+            if not _finite_number(reward):
+                self.problem("bad_turns", where, f"{name}, turn {t}: reward {reward!r} is not a finite number")
+                return
+        if not trace.ok:
+            out.counts["errored"] += 1
+        run, env, by, group_id = task_group
+        key = GroupKey(run, env, trace.agent.name, by, group_id)
+        group = self.group_index.setdefault(key, len(self.group_index))
+        if group == len(out.groups):
+            out.groups.append(key)
+        out.rewards.extend(float(r) for r in turns.rewards)
+        out.tokens.extend(sum(sum(trace.nodes[i].mask) for i in nodes) for nodes in turns.nodes)
+        out.lengths.append(len(turns.rewards))
+        out.group.append(group)
+        out.file.append(file_index)
+        out.line.append(number)
+        out.episode_ids.append(episode_id)
+        out.trace_ids.append(trace.id)
+        out.counts["trajectories"] += 1
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _describe(error: Any) -> str:
+    """One line for a pydantic ValidationError: the first problem, and how many more."""
+    errors = error.errors(include_url=False)
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return f"not valid JSON ({first['ctx']['error']})"
+    where = ".".join(str(part) for part in first["loc"]) or "record"
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"not a verifiers episode record: {where}: {first['msg']}{more}"
