@@ -31,6 +31,14 @@ _EXPORTS = {
     "get_estimator": "registry",
     "UnknownEstimator": "registry",
     "EntryPointConflict": "registry",
+    "TraceTurns": "turns",
+    "TurnSample": "turns",
+    "TurnSchemaError": "turns",
+    "append_turn": "turns",
+    "read_turns": "turns",
+    "turn_samples": "turns",
+    "write_turn_advantages": "turns",
+    "score_group": "credit",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -70,3 +78,13 @@ if TYPE_CHECKING:
         get_estimator,
     )
     from verifiers_stepwise.returns import discounted_returns, ragged_discounted_returns
+    from verifiers_stepwise.credit import score_group
+    from verifiers_stepwise.turns import (
+        TraceTurns,
+        TurnSample,
+        TurnSchemaError,
+        append_turn,
+        read_turns,
+        turn_samples,
+        write_turn_advantages,
+    )

@@ -1,0 +1,160 @@
+"""score_group: a registered estimator applied to a group of v1 episodes, credit on each turn."""
+
+from __future__ import annotations
+
+import pytest
+import verifiers.v1 as vf
+
+from verifiers_stepwise.credit import score_group
+from verifiers_stepwise.registry import UnknownEstimator, get_estimator
+from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.turns import TurnSchemaError, append_turn
+
+
+def rollout(rewards: list[float], *, tokens: bool = True, reward: float | None = None) -> vf.Episode:
+    """One episode whose trace took len(rewards) turns (the second with a tool call)."""
+    b = TraceBuilder(tokens=tokens)
+    for t, r in enumerate(rewards):
+        if t:
+            b.add(vf.UserMessage(content=f"feedback {t}"))
+        nodes = []
+        if t == 1:
+            nodes.append(b.sample(None, tool_calls=[vf.ToolCall(id="c", name="f", arguments="{}")]))
+            b.add(vf.ToolMessage(tool_call_id="c", content="tool output"))
+        nodes.append(b.sample(f"attempt {t}"))
+        append_turn(b.trace, r, nodes)
+    return b.episode(reward=reward)
+
+
+def sampled_advantages(trace: vf.Trace) -> list[list[float] | None]:
+    return [node.advantages for node in trace.nodes if node.sampled]
+
+
+def test_stepwise_by_name_matches_the_estimator_and_lands_on_each_turn():
+    group = [rollout([0.0, 0.5, 1.0]), rollout([1.0]), rollout([0.0, 0.0])]
+    advantages = score_group(group, "stepwise")
+    expected = get_estimator("stepwise")([[0.0, 0.5, 1.0], [1.0], [0.0, 0.0]])
+    assert advantages == expected
+    for episode, values in zip(group, expected):
+        (trace,) = episode.traces
+        for turn, nodes in enumerate(trace.info["turn_nodes"]):
+            for i in nodes:
+                assert trace.nodes[i].advantages == [values[turn]] * sum(trace.nodes[i].mask)
+        assert all(node.advantages is None for node in trace.nodes if not node.sampled)
+        assert trace.info["turn_credit"] == {
+            "estimator": "stepwise",
+            "rewards": trace.info["turn_rewards"],
+            "advantages": values,
+        }
+
+
+def test_a_configured_estimator_instance_is_used_as_given():
+    group = [rollout([0.0, 1.0]), rollout([1.0, 1.0]), rollout([0.0, 0.0, 1.0])]
+    estimator = get_estimator("stepwise", gamma=0.9, baseline="per_turn", scale="none")
+    advantages = score_group(group, estimator)
+    assert advantages == estimator([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0]])
+    assert group[0].traces[0].info["turn_credit"]["estimator"] == "Stepwise"
+
+
+def test_grpo_by_name_gives_every_turn_of_a_trajectory_its_advantage():
+    group = [rollout([0.0, 1.0]), rollout([0.0, 0.0])]
+    a, b = score_group(group, "grpo")
+    assert a == [pytest.approx(1.0, abs=1e-5)] * 2 and b == [pytest.approx(-1.0, abs=1e-5)] * 2
+
+
+def test_a_trace_without_turn_rewards_uses_its_reward_as_the_final_turn():
+    plain = TraceBuilder()
+    plain.sample(None, tool_calls=[vf.ToolCall(id="c", name="f", arguments="{}")])
+    plain.add(vf.ToolMessage(tool_call_id="c", content="out"))
+    plain.sample("done")
+    episode = plain.episode(reward=1.0)
+    group = [episode, rollout([0.0, 0.0])]
+    advantages = score_group(group, "stepwise")
+    assert advantages == get_estimator("stepwise")([[0.0, 1.0], [0.0, 0.0]])
+    assert episode.traces[0].info["turn_credit"]["rewards"] == [0.0, 1.0]
+    assert sampled_advantages(episode.traces[0]) == [[advantages[0][0]] * 3, [advantages[0][1]] * 3]
+
+
+def test_missing_error_refuses_traces_without_turn_rewards():
+    plain = TraceBuilder()
+    plain.sample("done")
+    episode = plain.episode(reward=1.0)
+    with pytest.raises(TurnSchemaError, match=f"trace {episode.traces[0].id}: no turn_rewards"):
+        score_group([episode, rollout([1.0])], "stepwise", missing="error")
+
+
+def test_a_trace_whose_model_never_spoke_is_one_turn_with_nothing_to_write():
+    silent = TraceBuilder().episode(reward=0.0)
+    advantages = score_group([silent, rollout([1.0])], "stepwise")
+    assert advantages == get_estimator("stepwise")([[0.0], [1.0]])
+
+
+def test_errored_traces_are_excluded_visibly_and_keep_their_earned_rewards():
+    ok = [rollout([0.0, 1.0]), rollout([1.0, 1.0])]
+    failed = rollout([1.0, 0.0])
+    (trace,) = failed.traces
+    trace.record_error(vf.ProviderError("upstream 500: boom", status_code=500))
+    failed.ok = False
+    advantages = score_group([ok[0], failed, ok[1]], "stepwise")
+    assert advantages[1] == []
+    assert advantages[0] + advantages[2] == [
+        v for row in get_estimator("stepwise")([[0.0, 1.0], [1.0, 1.0]]) for v in row
+    ]
+    assert all(node.advantages is None for node in trace.nodes)
+    assert trace.info["turn_rewards"] == [1.0, 0.0]  # what it earned stays on the trace
+    assert trace.info["turn_credit"] == {
+        "estimator": "stepwise",
+        "excluded": "trace errored (stop 'provider_error'): ProviderError: upstream 500: boom",
+    }
+
+
+def test_an_errored_episode_excludes_its_traces():
+    broken = rollout([1.0])
+    broken.ok = False
+    broken.errors.append(vf.Error(type="EnvError", message="StepEnv.run(): ValueError: bad"))
+    advantages = score_group([broken, rollout([0.0]), rollout([1.0])], "stepwise")
+    assert advantages[0] == []
+    assert broken.traces[0].info["turn_credit"]["excluded"] == (
+        "episode errored: EnvError: StepEnv.run(): ValueError: bad"
+    )
+
+
+def test_untrainable_traces_are_not_part_of_the_group():
+    judge = rollout([5.0])
+    judge.traces[0].agent.trainable = False
+    advantages = score_group([judge, rollout([0.0]), rollout([1.0])], "stepwise")
+    assert advantages[0] == []
+    assert "turn_credit" not in judge.traces[0].info
+    assert advantages[1:] == get_estimator("stepwise")([[0.0], [1.0]])
+
+
+def test_eval_client_traces_get_advantages_on_the_record_but_nothing_on_nodes():
+    group = [rollout([0.0, 1.0], tokens=False), rollout([1.0, 1.0], tokens=False)]
+    advantages = score_group(group, "stepwise")
+    assert advantages == get_estimator("stepwise")([[0.0, 1.0], [1.0, 1.0]])
+    for episode, values in zip(group, advantages):
+        (trace,) = episode.traces
+        assert all(node.advantages is None for node in trace.nodes)
+        assert trace.info["turn_credit"]["advantages"] == values
+
+
+def test_a_zero_variance_group_writes_zeros_not_none():
+    group = [rollout([1.0, 1.0]), rollout([1.0, 1.0])]
+    score_group(group, get_estimator("stepwise", baseline="per_turn"))
+    for episode in group:
+        for values in sampled_advantages(episode.traces[0]):
+            assert values == [0.0] * len(values)
+
+
+def test_bad_arguments_are_named():
+    group = [rollout([1.0])]
+    with pytest.raises(UnknownEstimator, match="no advantage estimator named 'kevin'; installed: .*stepwise"):
+        score_group(group, "kevin")
+    with pytest.raises(TypeError, match="estimator must be an Estimator or a registered name, got int"):
+        score_group(group, 3)
+    with pytest.raises(ValueError, match="missing must be 'final_turn' or 'error', got 'zero'"):
+        score_group(group, "stepwise", missing="zero")
+
+
+def test_an_empty_group_scores_nothing():
+    assert score_group([], "stepwise") == []

@@ -1,0 +1,142 @@
+"""The scripted local model server, driven by the OpenAI SDK and raw HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from verifiers_stepwise.testing.server import ModelServer, Reply, ToolCallReply, scripted
+
+SCRIPT = scripted(
+    {
+        "capital of France": [Reply(content="Lyon", reasoning="I think Lyon"), "Paris"],
+        "use the tool": [Reply(tool_calls=[ToolCallReply("lookup", {"q": "weather"})]), "sunny"],
+        "break": [Reply(content="recovered", fault="http_500", times=1)],
+    },
+    default="default reply",
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ModelServer(SCRIPT) as s:
+        yield s
+
+
+def client(server: ModelServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+
+
+def ask(server, prompt, history=(), stream=False, **kwargs):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": prompt}, *history]
+    if not stream:
+        return client(server).chat.completions.create(model="m", messages=messages, **kwargs)
+    with client(server).chat.completions.stream(model="m", messages=messages, **kwargs) as events:
+        return events.get_final_completion()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_replies_follow_each_conversations_script(server, stream):
+    first = ask(server, "What is the capital of France?", stream=stream)
+    assert first.choices[0].message.content == "Lyon"
+    assert first.choices[0].finish_reason == "stop"
+    second = ask(
+        server,
+        "What is the capital of France?",
+        [{"role": "assistant", "content": "Lyon"}, {"role": "user", "content": "No."}],
+        stream=stream,
+    )
+    assert second.choices[0].message.content == "Paris"
+    assert ask(server, "Something else", stream=stream).choices[0].message.content == "default reply"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_call_replies(server, stream):
+    reply = ask(server, "Please use the tool", stream=stream)
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.function.name == "lookup" and json.loads(call.function.arguments) == {"q": "weather"}
+    assert call.id == "call_0_0"
+    assert reply.choices[0].finish_reason == "tool_calls"
+
+
+def test_non_streaming_reasoning_and_usage(server):
+    reply = ask(server, "capital of France, quickly")
+    raw = reply.choices[0].message.model_dump()
+    assert raw["reasoning_content"] == "I think Lyon"
+    assert reply.usage.prompt_tokens == 2 + 4 and reply.usage.completion_tokens == 1 + 3
+
+
+def test_streams_end_with_done_and_carry_usage_when_asked(server):
+    body = {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "capital of France"}],
+    }
+    text = httpx.post(f"{server.base_url}/chat/completions", json=body).text
+    events = [e for e in text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+    assert "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks[:-1]) == "I think Lyon"
+
+
+def test_max_tokens_cuts_the_reply_like_a_provider(server):
+    reply = ask(server, "Something else", max_tokens=1)
+    assert reply.choices[0].message.content == "default"
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_a_fault_with_times_fires_then_the_call_is_answered(server):
+    with pytest.raises(openai.InternalServerError):
+        ask(server, "break it")
+    assert ask(server, "break it").choices[0].message.content == "recovered"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [
+        ("http_500", lambda r: r.status_code == 500 and "scripted fault" in r.json()["error"]["message"]),
+        ("malformed_json", lambda r: r.status_code == 200 and _not_json(r.text)),
+        ("empty", lambda r: r.status_code == 200 and r.content == b""),
+    ],
+)
+def test_faults(fault, check, stream):
+    with ModelServer(scripted({"x": [Reply(fault=fault)]})) as server:
+        body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "x"}]}
+        assert check(httpx.post(f"{server.base_url}/chat/completions", json=body))
+
+
+def test_timeout_fault_hangs_until_the_client_gives_up():
+    with ModelServer(scripted({"x": [Reply(fault="timeout")]})) as server:
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=0.3)
+
+
+def test_requests_are_recorded_with_headers(server):
+    before = len(server.requests)
+    ask(server, "Something else", temperature=0.25)
+    recorded = server.requests[before]
+    assert recorded.path == "/v1/chat/completions"
+    assert recorded.headers["Authorization"] == "Bearer test-key"
+    assert recorded.body["temperature"] == 0.25
+    assert client(server).models.list().data[0].id == "scripted-model"
+
+
+def test_an_empty_conversation_script_is_refused():
+    with pytest.raises(ValueError, match="conversation 'x' scripts no reply"):
+        scripted({"x": []})
+
+
+def _not_json(text: str) -> bool:
+    payload = text.split("\n\n")[0].removeprefix("data: ")
+    try:
+        json.loads(payload)
+    except ValueError:
+        return True
+    return False

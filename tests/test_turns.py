@@ -1,0 +1,251 @@
+"""The per-turn schema on v1 traces, credit placement on tokens, and Kevin-style turn samples.
+
+Traces are built through verifiers' own commit path (``TraceBuilder``), with token ids like a
+train client or without them like the eval client.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import verifiers.v1 as vf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.turns import (
+    TraceTurns,
+    TurnSchemaError,
+    append_turn,
+    read_turns,
+    turn_samples,
+    write_turn_advantages,
+)
+
+
+def three_turns(tokens: bool = True) -> tuple[TraceBuilder, list[list[int]]]:
+    """Turn 0 answers; turn 1 calls a tool, then answers; turn 2 answers. Rewards 0, .5, 1."""
+    b = TraceBuilder(tokens=tokens)
+    nodes = [[b.sample("first try")]]
+    append_turn(b.trace, 0.0, nodes[0])
+    b.add(vf.UserMessage(content="Not yet. Try again."))
+    call = vf.ToolCall(id="c1", name="run", arguments='{"x": 1}')
+    first = b.sample(None, tool_calls=[call], n_tokens=2)
+    b.add(vf.ToolMessage(tool_call_id="c1", content="result 41"))
+    nodes.append([first, b.sample("second try", n_tokens=4)])
+    append_turn(b.trace, 0.5, nodes[1])
+    b.add(vf.UserMessage(content="Closer."))
+    nodes.append([b.sample("third try")])
+    append_turn(b.trace, 1.0, nodes[2])
+    return b, nodes
+
+
+def test_no_turn_rewards_reads_as_none():
+    b = TraceBuilder()
+    b.sample("hello")
+    assert read_turns(b.trace) is None
+    with pytest.raises(TurnSchemaError, match="no turn_rewards"):
+        write_turn_advantages(b.trace, [1.0])
+
+
+def test_append_turn_records_rewards_and_the_turns_sampled_nodes():
+    b, nodes = three_turns()
+    assert b.trace.info["turn_rewards"] == [0.0, 0.5, 1.0]
+    assert b.trace.info["turn_nodes"] == nodes
+    assert read_turns(b.trace) == TraceTurns([0.0, 0.5, 1.0], nodes)
+    # The schema survives the trace's own JSON record.
+    reread = vf.WireTrace.model_validate(b.trace.to_record())
+    assert read_turns(reread) == TraceTurns([0.0, 0.5, 1.0], nodes)
+
+
+def test_append_turn_refuses_non_sampled_nodes_and_bad_rewards():
+    b = TraceBuilder()
+    node = b.sample("hi")
+    with pytest.raises(TurnSchemaError, match="node 1 is not a sampled node"):
+        append_turn(b.trace, 1.0, [1])
+    with pytest.raises(TurnSchemaError, match=r"turn 0 reward nan is not a finite number"):
+        append_turn(b.trace, math.nan, [node])
+    assert "turn_rewards" not in b.trace.info
+
+
+def test_without_turn_nodes_each_sampled_node_is_one_turn():
+    b, nodes = three_turns()
+    sampled = [i for turn in nodes for i in turn]
+    del b.trace.info["turn_nodes"]
+    b.trace.info["turn_rewards"] = [0.0, 0.1, 0.5, 1.0]
+    assert read_turns(b.trace) == TraceTurns([0.0, 0.1, 0.5, 1.0], [[i] for i in sampled])
+    b.trace.info["turn_rewards"] = [0.0, 0.5, 1.0]
+    with pytest.raises(TurnSchemaError) as error:
+        read_turns(b.trace)
+    assert str(error.value) == (
+        f"trace {b.trace.id}: 3 turn_rewards but 4 sampled nodes, and no turn_nodes to say "
+        f"which node belongs to which turn"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rewards", "turn_nodes", "message"),
+    [
+        ([0.0, 0.5], None, r"2 turn_rewards but 3 turn_nodes entries"),
+        ([0.0, 0.5, 1.0, 1.0], None, r"4 turn_rewards but 3 turn_nodes entries"),
+        (None, [[2], [4, 6], [8], [8]], r"3 turn_rewards but 4 turn_nodes entries"),
+        (None, [[2], [4, 5], [8]], r"turn_nodes\[1\] lists 5, which is not a sampled node"),
+        (None, [[2], [4, 6], [99]], r"turn_nodes\[2\] lists 99, which is not a sampled node"),
+        (None, [[2], [4, 6], []], r"turn_nodes\[2\] must be a non-empty list"),
+        (None, [[2], [6], [8]], r"every sampled node exactly once.*\(missing \[4\]\)"),
+        (None, [[2, 4], [4, 6], [8]], r"turn_nodes\[1\] = \[4, 6\] does not come after"),
+        (None, [[4, 6], [2], [8]], r"turn_nodes\[1\] = \[2\] does not come after"),
+        ([0.0, "0.5", 1.0], None, r"turn 1 reward '0.5' is not a finite number"),
+        ([0.0, True, 1.0], None, r"turn 1 reward True is not a finite number"),
+        ([0.0, math.inf, 1.0], None, r"turn 1 reward inf is not a finite number"),
+        ({"a": 1.0}, None, r"turn_rewards must be a list of numbers, got dict"),
+    ],
+)
+def test_disagreeing_schemas_raise_naming_the_trace(rewards, turn_nodes, message):
+    b, nodes = three_turns()
+    assert nodes == [[2], [4, 6], [8]]
+    if rewards is not None:
+        b.trace.info["turn_rewards"] = rewards
+    if turn_nodes is not None:
+        b.trace.info["turn_nodes"] = turn_nodes
+    with pytest.raises(TurnSchemaError, match=message) as error:
+        read_turns(b.trace)
+    assert str(error.value).startswith(f"trace {b.trace.id}: ")
+
+
+def test_each_turn_advantage_lands_on_exactly_that_turns_sampled_tokens():
+    b, nodes = three_turns()
+    write_turn_advantages(b.trace, [0.25, -1.5, 2.0])
+    for i, node in enumerate(b.trace.nodes):
+        turn = next((t for t, turn in enumerate(nodes) if i in turn), None)
+        if turn is None:  # system, prompt, feedback and tool nodes
+            assert node.advantages is None
+        else:
+            assert node.advantages == [[0.25, -1.5, 2.0][turn]] * sum(node.mask)
+    (branch,) = b.trace.branches
+    by_node = []
+    for i, node in enumerate(branch.nodes):
+        by_node += [b.trace.nodes.index(node)] * len(node.token_ids)
+    expected = {2: 0.25, 4: -1.5, 6: -1.5, 8: 2.0}
+    assert branch.advantages == [
+        expected.get(n, 0.0) if sampled else 0.0 for n, sampled in zip(by_node, branch.sampled_mask)
+    ]
+
+
+def test_regression_earlier_turns_are_not_left_at_zero_by_a_last_turn_broadcast():
+    """DESIGN.md section 5: copying the last turn's masked advantage to the whole sequence left
+    earlier turns at 0. Every turn's tokens must carry that turn's own value."""
+    b, nodes = three_turns()
+    write_turn_advantages(b.trace, [0.7, 0.3, -1.0])
+    (branch,) = b.trace.branches
+    values = [a for a, m in zip(branch.advantages, branch.sampled_mask) if m]
+    sizes = [sum(b.trace.nodes[i].mask) for turn in nodes for i in turn]
+    assert values == [0.7] * sizes[0] + [0.3] * (sizes[1] + sizes[2]) + [-1.0] * sizes[3]
+    assert 0.0 not in values
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 4), min_size=1, max_size=3),  # sampled tokens per model call
+            st.floats(-10, 10, allow_nan=False),  # the turn's advantage
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_token_placement_property(turns):
+    """N10: every sampled token of turn t carries A_t, every other token 0, and turn t's
+    tokens sum to A_t * n_t; a call that sampled no token gets nothing."""
+    b = TraceBuilder()
+    for t, (calls, _) in enumerate(turns):
+        if t:
+            b.add(vf.UserMessage(content=f"feedback {t}"))
+        ids = []
+        for k, n in enumerate(calls):
+            if k:
+                b.add(vf.ToolMessage(tool_call_id=f"c{t}{k}", content="out"))
+            last = k == len(calls) - 1
+            calls_made = None if last else [vf.ToolCall(id=f"c{t}{k + 1}", name="f", arguments="{}")]
+            ids.append(b.sample(None if calls_made else f"answer {t}", tool_calls=calls_made, n_tokens=n))
+        append_turn(b.trace, 0.0, ids)
+    advantages = [a for _, a in turns]
+    write_turn_advantages(b.trace, advantages)
+    (branch,) = b.trace.branches
+    owner = {i: t for t, nodes in enumerate(b.trace.info["turn_nodes"]) for i in nodes}
+    position_turn = []
+    for node in branch.nodes:
+        i = b.trace.nodes.index(node)
+        position_turn += [owner.get(i) if m else None for m in node.mask]
+        if i in owner and not any(node.mask):
+            assert node.advantages is None
+    if not any(sum(calls) for calls, _ in turns):
+        assert branch.advantages is None  # nothing was sampled, so nothing was assigned
+        return
+    placed = branch.advantages
+    assert len(position_turn) == len(placed)
+    for value, turn in zip(placed, position_turn):
+        assert value == (0.0 if turn is None else advantages[turn])
+    for t, (calls, a) in enumerate(turns):
+        total = sum(v for v, turn in zip(placed, position_turn) if turn == t)
+        assert total == pytest.approx(a * sum(calls))
+
+
+def test_eval_client_traces_have_nothing_to_write_and_do_not_crash():
+    b, nodes = three_turns(tokens=False)
+    assert all(not node.token_ids for node in b.trace.nodes)
+    write_turn_advantages(b.trace, [1.0, 2.0, 3.0])
+    assert all(node.advantages is None for node in b.trace.nodes)
+    assert b.trace.branches[0].advantages is None
+
+
+def test_advantage_count_must_match_the_turns():
+    b, _ = three_turns()
+    with pytest.raises(TurnSchemaError, match="2 advantages for 3 turns"):
+        write_turn_advantages(b.trace, [1.0, 2.0])
+
+
+def test_kevin_style_samples_one_per_turn():
+    b, nodes = three_turns()
+    samples = turn_samples(b.trace, [0.25, -1.5, 2.0])
+    assert [s.turn for s in samples] == [0, 1, 2]
+    (branch,) = b.trace.branches
+    full = branch.token_ids
+    for sample, turn, advantage in zip(samples, nodes, [0.25, -1.5, 2.0]):
+        last = b.trace.nodes[max(turn)]
+        end = full.index(last.token_ids[-1]) + 1
+        assert sample.token_ids == full[:end]  # everything up to and including the turn
+        own = []
+        for node in branch.nodes[: branch.nodes.index(last) + 1]:
+            mine = b.trace.nodes.index(node) in turn
+            own += [m and mine for m in node.mask]
+        assert sample.loss_mask == own  # only this turn's sampled tokens train
+        assert sum(sample.loss_mask) == sum(sum(b.trace.nodes[i].mask) for i in turn)
+        assert sample.logprobs == [-0.5 if m else 0.0 for m in own]
+        assert sample.advantages == [advantage if m else 0.0 for m in own]
+        assert sample.advantage == advantage
+
+
+def test_kevin_style_samples_follow_the_branch_of_each_turn():
+    """A rewritten context (e.g. earlier reasoning removed) forks the graph; each turn's sample
+    is cut from the branch that turn was sampled on."""
+    b = TraceBuilder()
+    first = b.sample("answer one", reasoning="long thoughts")
+    append_turn(b.trace, 0.0, [first])
+    b.context[-1] = vf.AssistantMessage(content="answer one")  # reasoning dropped from context
+    b.add(vf.UserMessage(content="again"))
+    second = b.sample("answer two")
+    append_turn(b.trace, 1.0, [second])
+    assert len(b.trace.branches) == 2
+    s0, s1 = turn_samples(b.trace, [-1.0, 1.0])
+    assert s0.token_ids == b.trace.branches[0].token_ids
+    assert s1.token_ids == b.trace.branches[1].token_ids
+    assert not any(s1.loss_mask[: len(s1.token_ids) - 3])  # the re-rendered first answer is context
+
+
+def test_kevin_style_samples_need_token_ids():
+    b, _ = three_turns(tokens=False)
+    with pytest.raises(TurnSchemaError, match="turn 0 has no sampled token ids"):
+        turn_samples(b.trace, [0.0, 0.0, 0.0])

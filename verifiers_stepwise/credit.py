@@ -1,0 +1,121 @@
+"""Stepwise credit for one group of verifiers v1 episodes (all rollouts of one prompt).
+
+    score_group(episodes, estimator) -> per-turn advantages, one list per trace
+
+reads each trace's per-turn rewards (``verifiers_stepwise.turns``), runs the estimator on the
+group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). The
+result is also recorded on each trace as ``trace.info["turn_credit"]`` — the only place it
+shows for eval-client traces, which carry no tokens to write on.
+
+Which traces form the group: trainable traces (``trace.agent.trainable``) of episodes and
+traces that completed without error. Errored traces — ``trace.ok`` False, or an episode whose
+``ok`` is False (its env hook raised or its deadline expired) — are excluded: they get no
+advantages (``node.advantages`` stays None, which verifiers reads as "never scored") and do
+not enter the baseline, and ``trace.info["turn_credit"]["excluded"]`` says why. The reason:
+a model-server fault or crash cuts the trajectory short for reasons the policy did not choose;
+its missing later turns would bias every discounted return it holds, and learning from it
+would teach the policy about infrastructure. The turn rewards it earned stay on the trace.
+A stop the policy caused (a turn or token limit, an agent timeout) is not an error: such
+traces are scored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.registry import get_estimator
+from verifiers_stepwise.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns
+
+if TYPE_CHECKING:
+    from verifiers.v1 import Episode, Trace
+
+__all__ = ["CREDIT", "Missing", "score_group"]
+
+CREDIT = "turn_credit"
+
+Missing = Literal["final_turn", "error"]
+
+
+def score_group(
+    episodes: Sequence[Episode],
+    estimator: Estimator | str,
+    *,
+    missing: Missing = "final_turn",
+) -> list[list[float]]:
+    """Advantages for every turn of a group's trainable, error-free traces, written on nodes.
+
+    Args:
+      episodes: the episodes of one group (one prompt, all its rollouts).
+      estimator: an ``Estimator`` instance, or a registered name such as "stepwise" or
+        "grpo" (its default config).
+      missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
+        is a turn, the earlier ones with reward 0 and the last with the trace's reward
+        ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
+
+    Returns:
+      One list per trace, in episode order then trace order: the per-turn advantages of a
+      scored trace, ``[]`` for an untrainable or excluded one.
+    """
+    if missing not in ("final_turn", "error"):
+        raise ValueError(f"missing must be 'final_turn' or 'error', got {missing!r}")
+    if isinstance(estimator, str):
+        label, estimator = estimator, get_estimator(estimator)
+    elif isinstance(estimator, Estimator):
+        label = type(estimator).__name__
+    else:
+        raise TypeError(
+            f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}"
+        )
+    traces = [(episode, trace) for episode in episodes for trace in episode.traces]
+    advantages: list[list[float]] = [[] for _ in traces]
+    group: list[tuple[int, Trace, TraceTurns]] = []
+    for k, (episode, trace) in enumerate(traces):
+        if not trace.agent.trainable:
+            continue
+        reason = _error(episode, trace)
+        if reason is not None:
+            trace.info[CREDIT] = {"estimator": label, "excluded": reason}
+            continue
+        turns = read_turns(trace)
+        if turns is None or not turns.rewards:
+            turns = _final_turn(trace, missing)
+        group.append((k, trace, turns))
+    if not group:
+        return advantages
+    scored = estimator([turns.rewards for _, _, turns in group])
+    for (k, trace, turns), values in zip(group, scored):
+        place_advantages(trace, turns, values)
+        trace.info[CREDIT] = {"estimator": label, "rewards": turns.rewards, "advantages": values}
+        advantages[k] = values
+    return advantages
+
+
+def _error(episode: Episode, trace: Trace) -> str | None:
+    """Why a trace is excluded from the group, or None when it is scored."""
+    if not trace.ok:
+        last = trace.errors[-1] if trace.errors else None
+        detail = f": {last.type}: {last.message}" if last is not None else ""
+        return f"trace errored (stop {trace.stop_condition!r}){detail}"
+    if not episode.ok:
+        last = episode.errors[-1] if episode.errors else None
+        detail = f": {last.type}: {last.message}" if last is not None else ""
+        return f"episode errored{detail}"
+    return None
+
+
+def _final_turn(trace: Trace, missing: Missing) -> TraceTurns:
+    if missing == "error":
+        raise TurnSchemaError(
+            f"trace {trace.id}: no turn_rewards in trace.info (score_group(..., "
+            f"missing='final_turn') would use the trace reward as the final turn's reward)"
+        )
+    reward = trace.reward
+    if not math.isfinite(reward):
+        raise TurnSchemaError(f"trace {trace.id}: trace reward {reward!r} is not finite")
+    sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
+    if not sampled:
+        return TraceTurns([reward], [[]])
+    return TraceTurns([0.0] * (len(sampled) - 1) + [reward], [[i] for i in sampled])

@@ -1,0 +1,364 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests and benchmarks.
+
+    with ModelServer(scripted({"What is 2+2?": ["5", "4"]})) as server:
+        ...  # point a client at server.base_url ("http://127.0.0.1:<port>/v1")
+
+It serves ``POST /v1/chat/completions`` streaming (SSE chunks, a usage chunk when
+``stream_options.include_usage`` is set, then ``data: [DONE]``) and not, and ``GET /v1/models``,
+on an OS-assigned loopback port, from its own thread and event loop. Every request is recorded
+on ``server.requests``.
+
+Replies come from a script: a function from the request (:class:`ChatCall`) to a
+:class:`Reply`. :func:`scripted` builds one that answers per conversation — the conversation is
+recognised by its first user message, and its k-th model call (k = assistant messages already
+in the request) gets the k-th scripted reply. A reply is text, reasoning, tool calls, or one of
+the faults: ``http_500``, ``timeout`` (no answer until the server stops or ``hang_seconds``
+pass), ``malformed_json`` (a body or SSE event that is not JSON), ``empty`` (HTTP 200 with no
+body at all). A fault with ``times=n`` fires on the first n requests of its call and then the
+call is answered normally, which is how retries are exercised.
+
+``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
+is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
+every message, completion tokens over the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+__all__ = ["ChatCall", "ModelServer", "RecordedRequest", "Reply", "ToolCallReply", "scripted"]
+
+Fault = Literal["http_500", "timeout", "malformed_json", "empty"]
+
+
+@dataclass(frozen=True)
+class ToolCallReply:
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+    """Defaults to ``call_<k>_<i>`` for the i-th call of model call k."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: str | None = None
+    reasoning: str | None = None
+    """Sent as ``reasoning_content`` (the DeepSeek/Qwen field)."""
+    tool_calls: Sequence[ToolCallReply] = ()
+    fault: Fault | None = None
+    times: int | None = None
+    """How many requests the fault answers before the call is answered normally (None: all)."""
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """One chat-completions request as the script sees it."""
+
+    body: dict
+
+    @property
+    def messages(self) -> list[dict]:
+        return list(self.body.get("messages") or [])
+
+    @property
+    def prompt(self) -> str:
+        """The text of the first user message: what identifies the conversation."""
+        return next((_text(m.get("content")) for m in self.messages if m.get("role") == "user"), "")
+
+    @property
+    def index(self) -> int:
+        """Which model call of its conversation this is (0 for the first)."""
+        return sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    @property
+    def last_input(self) -> str:
+        """The text of the last non-assistant message (the newest feedback or tool result)."""
+        inputs = [m for m in self.messages if m.get("role") != "assistant"]
+        return _text(inputs[-1].get("content")) if inputs else ""
+
+
+Script = Callable[[ChatCall], "Reply | str"]
+
+
+def scripted(
+    conversations: Mapping[str, Sequence[Reply | str | Callable[[ChatCall], Reply | str]]],
+    default: Reply | str = "ok",
+) -> Script:
+    """A script answering each conversation from its own list of replies.
+
+    ``conversations`` maps a piece of a conversation's first user message to its replies: the
+    first key contained in the prompt picks the list, and model call k gets entry k (the last
+    entry answers every call past the end; an entry may be a function of the request).
+    Conversations no key matches get ``default``.
+    """
+    plans = {key: list(steps) for key, steps in conversations.items()}
+    for key, steps in plans.items():
+        if not steps:
+            raise ValueError(f"conversation {key!r} scripts no reply")
+
+    def script(call: ChatCall) -> Reply | str:
+        prompt = call.prompt
+        steps = next((s for key, s in plans.items() if key in prompt), None)
+        if steps is None:
+            return default
+        step = steps[min(call.index, len(steps) - 1)]
+        return step(call) if callable(step) else step
+
+    return script
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict | None
+
+
+class ModelServer:
+    """The server; use as a context manager or call ``start()``/``stop()``."""
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        model: str = "scripted-model",
+        hang_seconds: float = 60.0,
+    ) -> None:
+        self.script = script or (lambda call: "ok")
+        self.model = model
+        self.hang_seconds = hang_seconds
+        self.requests: list[RecordedRequest] = []
+        self.port = 0
+        self._fired: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closing: asyncio.Event | None = None
+        self._runner: web.AppRunner | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, ``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def chat_requests(self) -> list[dict]:
+        """Bodies of the chat-completions requests received so far, in arrival order."""
+        with self._lock:
+            return [r.body for r in self.requests if r.path.endswith("/chat/completions") and r.body]
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> ModelServer:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), name="model-server", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError(f"model server failed to start: {self._error}") from self._error
+        if not self.port:
+            raise RuntimeError("model server did not start within 30 s")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        loop, self._loop = self._loop, None
+        loop.call_soon_threadsafe(self._closing.set)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(30)
+        self._thread = None
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._open())
+        except BaseException as error:  # reported to start()
+            self._error = error
+            ready.set()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+    async def _open(self) -> None:
+        self._closing = asyncio.Event()
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._record(request, None)
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._record(request, None)
+            return _error(400, "request body is not JSON")
+        self._record(request, body)
+        call = ChatCall(body)
+        reply = self.script(call)
+        if isinstance(reply, str):
+            reply = Reply(content=reply)
+        stream = bool(body.get("stream"))
+        fault = self._fault(call, reply)
+        if fault == "http_500":
+            return _error(500, "scripted fault: internal server error")
+        if fault == "timeout":
+            try:
+                await asyncio.wait_for(self._closing.wait(), self.hang_seconds)
+            except TimeoutError:
+                pass
+            return _error(504, "scripted fault: answered after the hang")
+        if fault == "empty":
+            return web.Response(status=200, content_type="text/event-stream" if stream else "application/json")
+        if fault == "malformed_json":
+            if stream:
+                return web.Response(
+                    body=b'data: {"id": "x", "choices": [\n\ndata: [DONE]\n\n', content_type="text/event-stream"
+                )
+            return web.Response(body=b'{"id": "x", "choices": [', content_type="application/json")
+        completion = self._completion(call, reply)
+        if not stream:
+            return web.json_response(completion)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for chunk in _chunks(completion, include_usage):
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _record(self, request: web.Request, body: dict | None) -> None:
+        with self._lock:
+            self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
+
+    def _fault(self, call: ChatCall, reply: Reply) -> Fault | None:
+        if reply.fault is None:
+            return None
+        if reply.times is None:
+            return reply.fault
+        key = (call.prompt, call.index)
+        with self._lock:
+            fired = self._fired.get(key, 0)
+            self._fired[key] = fired + 1
+        return reply.fault if fired < reply.times else None
+
+    def _completion(self, call: ChatCall, reply: Reply) -> dict:
+        body = call.body
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        content = reply.content
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        if content is not None and limit is not None and len(content.split()) > limit:
+            content = " ".join(content.split()[:limit])
+            finish = "length"
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": tc.id or f"call_{call.index}_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": tc.name,
+                        "arguments": tc.arguments if isinstance(tc.arguments, str) else json.dumps(tc.arguments),
+                    },
+                }
+                for i, tc in enumerate(reply.tool_calls)
+            ]
+        prompt_tokens = sum(_words(_text(m.get("content"))) for m in call.messages)
+        completion_tokens = _words(content or "") + _words(reply.reasoning or "") + sum(
+            _words(tc["function"]["arguments"]) for tc in message.get("tool_calls", [])
+        )
+        return {
+            "id": f"chatcmpl-{call.index}-{time.monotonic_ns()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+def _chunks(completion: dict, include_usage: bool) -> list[dict]:
+    """The completion as OpenAI stream chunks: role, reasoning, content in pieces, tool calls,
+    the finish chunk, and the usage chunk when asked for."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if message.get("reasoning_content"):
+        chunks.append(chunk({"reasoning_content": message["reasoning_content"]}))
+    content = message.get("content") or ""
+    for start in range(0, len(content), 16):
+        chunks.append(chunk({"content": content[start : start + 16]}))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        chunks.append(
+            chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                   "function": {"name": function["name"], "arguments": ""}}]})
+        )
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), 16):
+            chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments[start : start + 16]}}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "server_error", "code": status}}, status=status)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _words(text: str) -> int:
+    return len(text.split())

@@ -1,0 +1,269 @@
+"""The per-turn reward schema on a verifiers v1 trace, and credit placed on each turn's tokens.
+
+Verifiers 0.4.0 has no per-step reward field, so a stepwise environment records two keys in
+``trace.info`` (serialized with the trace, readable from ``traces.jsonl``):
+
+    turn_rewards   list[float]        one reward per environment turn, in order
+    turn_nodes     list[list[int]]    per turn, the indices into ``trace.nodes`` of the sampled
+                                      (assistant) nodes that turn produced — several when the
+                                      model called tools within the turn
+
+Without ``turn_nodes`` every sampled node is one turn, in node order (the convention of
+prime-rl's turn-credit work), so ``len(turn_rewards)`` must equal the number of sampled nodes.
+A mapping that disagrees with the trace raises :class:`TurnSchemaError` naming the trace and
+the counts; credit is never shifted silently.
+
+Credit lands per sampled token: turn t's advantage A_t fills ``node.advantages`` of every
+sampled node of turn t, one value per sampled (``mask`` True) token — the layout of
+``node.logprobs``. Prompt, feedback and tool nodes are never touched, and a node that holds no
+sampled tokens (eval-client traces carry no token ids) gets nothing.
+
+Nothing here imports verifiers: traces are read through their attributes (``info``, ``nodes``,
+``sampled``, ``mask``, ``token_ids``, ``logprobs``, ``parent``), checked against verifiers 0.4.0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verifiers.v1 import Trace
+
+__all__ = [
+    "TURN_NODES",
+    "TURN_REWARDS",
+    "TraceTurns",
+    "TurnSample",
+    "TurnSchemaError",
+    "append_turn",
+    "place_advantages",
+    "read_turns",
+    "turn_samples",
+    "write_turn_advantages",
+]
+
+TURN_REWARDS = "turn_rewards"
+TURN_NODES = "turn_nodes"
+
+
+class TurnSchemaError(ValueError):
+    """Per-turn data that disagrees with its trace; names the trace and what disagreed."""
+
+
+@dataclass(frozen=True)
+class TraceTurns:
+    """A trace's turns: ``rewards[t]`` and the sampled node indices ``nodes[t]`` of turn t."""
+
+    rewards: list[float]
+    nodes: list[list[int]]
+
+
+def read_turns(trace: Trace) -> TraceTurns | None:
+    """The validated turns of ``trace``, or None when it records no ``turn_rewards``.
+
+    Raises TurnSchemaError when a reward is not a finite number, when ``turn_nodes`` and
+    ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
+    when a sampled node belongs to no turn or to two, when turns are out of node order, or
+    (without ``turn_nodes``) when the reward count differs from the sampled-node count.
+    """
+    info = trace.info or {}
+    if TURN_REWARDS not in info:
+        return None
+    rewards = _rewards(trace, info[TURN_REWARDS])
+    sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
+    if TURN_NODES not in info:
+        if len(rewards) != len(sampled):
+            raise TurnSchemaError(
+                f"trace {trace.id}: {len(rewards)} turn_rewards but {len(sampled)} sampled "
+                f"nodes, and no turn_nodes to say which node belongs to which turn"
+            )
+        return TraceTurns(rewards, [[i] for i in sampled])
+    nodes = _turn_nodes(trace, info[TURN_NODES], len(rewards), set(sampled))
+    listed = sorted(i for turn in nodes for i in turn)
+    if listed != sampled:
+        missing = sorted(set(sampled) - set(listed))
+        raise TurnSchemaError(
+            f"trace {trace.id}: turn_nodes must list every sampled node exactly once; "
+            f"sampled nodes {sampled}, listed {listed}"
+            + (f" (missing {missing})" if missing else "")
+        )
+    return TraceTurns(rewards, nodes)
+
+
+def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
+    """Record one finished turn on ``trace.info``: its reward and the sampled nodes it produced.
+
+    Called once per turn as the episode runs, so a fault mid-episode keeps the turns already
+    earned. ``turn_nodes`` is always written alongside, so readers never fall back to the
+    one-node-per-turn convention for traces this package produced.
+    """
+    (value,) = _rewards(trace, [reward], first=len(trace.info.get(TURN_REWARDS, [])))
+    indices = list(nodes)
+    for i in indices:
+        if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
+            raise TurnSchemaError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
+    trace.info.setdefault(TURN_REWARDS, []).append(value)
+    trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def write_turn_advantages(trace: Trace, advantages: Sequence[float]) -> None:
+    """Put turn t's advantage on every sampled token of turn t's sampled nodes.
+
+    ``node.advantages = [advantages[t]] * sum(node.mask)`` for each node of turn t; nodes with
+    no sampled tokens and every non-sampled node are left as they are.
+    """
+    turns = read_turns(trace)
+    if turns is None:
+        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
+    place_advantages(trace, turns, advantages)
+
+
+def place_advantages(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
+    """``write_turn_advantages`` for an already-read turn mapping (see that function)."""
+    if len(advantages) != len(turns.nodes):
+        raise TurnSchemaError(
+            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
+        )
+    for value, nodes in zip(advantages, turns.nodes):
+        for i in nodes:
+            node = trace.nodes[i]
+            n_sampled = sum(node.mask)
+            if n_sampled:
+                node.advantages = [float(value)] * n_sampled
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    """One training sample per turn (Kevin style), all lists aligned to ``token_ids``.
+
+    ``token_ids`` run from the root up to and including the turn's last sampled node;
+    ``loss_mask`` is True only on this turn's sampled tokens; ``logprobs`` are the sampling
+    logprobs on those positions (0.0 elsewhere); ``advantages`` hold ``advantage`` on those
+    positions (0.0 elsewhere).
+    """
+
+    turn: int
+    token_ids: list[int]
+    loss_mask: list[bool]
+    logprobs: list[float]
+    advantages: list[float]
+    advantage: float
+
+
+def turn_samples(trace: Trace, advantages: Sequence[float]) -> list[TurnSample]:
+    """Cut one training sample per turn of ``trace``, turn t carrying ``advantages[t]``.
+
+    Needs train-client traces (token ids on the nodes); an eval-client trace has no tokens to
+    train on and raises. Within a turn all sampled nodes must lie on one root-to-leaf path.
+    """
+    turns = read_turns(trace)
+    if turns is None:
+        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
+    if len(advantages) != len(turns.nodes):
+        raise TurnSchemaError(
+            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
+        )
+    samples = []
+    for t, (value, nodes) in enumerate(zip(advantages, turns.nodes)):
+        path = _path(trace, max(nodes))
+        off_path = sorted(set(nodes) - set(path))
+        if off_path:
+            raise TurnSchemaError(
+                f"trace {trace.id}: turn {t} has sampled nodes {off_path} off the path to its "
+                f"last node {max(nodes)}; one sample cannot hold them"
+            )
+        own = set(nodes)
+        token_ids: list[int] = []
+        loss_mask: list[bool] = []
+        logprobs: list[float] = []
+        for i in path:
+            node = trace.nodes[i]
+            token_ids.extend(node.token_ids)
+            if i not in own:
+                loss_mask.extend([False] * len(node.token_ids))
+                logprobs.extend([0.0] * len(node.token_ids))
+                continue
+            node_logprobs = iter(node.logprobs)
+            loss_mask.extend(node.mask)
+            logprobs.extend(next(node_logprobs, 0.0) if m else 0.0 for m in node.mask)
+        if not any(loss_mask):
+            raise TurnSchemaError(
+                f"trace {trace.id}: turn {t} has no sampled token ids (an eval-client trace "
+                f"has none); per-turn samples need train-client traces"
+            )
+        value = float(value)
+        samples.append(
+            TurnSample(
+                turn=t,
+                token_ids=token_ids,
+                loss_mask=loss_mask,
+                logprobs=logprobs,
+                advantages=[value if m else 0.0 for m in loss_mask],
+                advantage=value,
+            )
+        )
+    return samples
+
+
+def _path(trace: Trace, node: int) -> list[int]:
+    """Node indices from the root to ``node``, inclusive."""
+    path = []
+    current: int | None = node
+    while current is not None:
+        path.append(current)
+        current = trace.nodes[current].parent
+    path.reverse()
+    return path
+
+
+def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
+    if not isinstance(raw, (list, tuple)):
+        raise TurnSchemaError(
+            f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}"
+        )
+    rewards = []
+    for t, r in enumerate(raw, start=first):
+        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
+            raise TurnSchemaError(
+                f"trace {trace.id}: turn {t} reward {r!r} is not a finite number"
+            )
+        rewards.append(float(r))
+    return rewards
+
+
+def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: set[int]) -> list[list[int]]:
+    if not isinstance(raw, (list, tuple)):
+        raise TurnSchemaError(
+            f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, "
+            f"got {type(raw).__name__}"
+        )
+    if len(raw) != n_turns:
+        raise TurnSchemaError(
+            f"trace {trace.id}: {n_turns} {TURN_REWARDS} but {len(raw)} {TURN_NODES} entries"
+        )
+    nodes: list[list[int]] = []
+    previous = -1
+    for t, turn in enumerate(raw):
+        if not isinstance(turn, (list, tuple)) or not turn:
+            raise TurnSchemaError(
+                f"trace {trace.id}: {TURN_NODES}[{t}] must be a non-empty list of node "
+                f"indices, got {turn!r}"
+            )
+        for i in turn:
+            if isinstance(i, bool) or not isinstance(i, int) or i not in sampled:
+                raise TurnSchemaError(
+                    f"trace {trace.id}: {TURN_NODES}[{t}] lists {i!r}, which is not a sampled "
+                    f"node of the trace"
+                )
+        if min(turn) <= previous:
+            raise TurnSchemaError(
+                f"trace {trace.id}: {TURN_NODES}[{t}] = {list(turn)} does not come after the "
+                f"previous turn's nodes; turns must follow node order"
+            )
+        previous = max(turn)
+        nodes.append(list(turn))
+    return nodes
