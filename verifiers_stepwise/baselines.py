@@ -11,12 +11,13 @@ of a group, a group's trajectory returns). For a segment X = {x_1..x_n}:
 std is the population std (ddof = 0). A segment whose values are all equal (a single value
 included) gives exactly 0.
 
-Sums are exact, hence independent of the order of the segment's values: values are scaled by
-a power of two so the segment's largest magnitude is below 1 (which also keeps squares of huge
-rewards finite), rounded to multiples of 2^−B with B = 62 − bit_length(n) and added as int64
-integers, which cannot round. The one rounding per value is at most 2^−(B+1) of the segment's
-largest magnitude: below float64's own spacing there for segments of up to 512 values. Shuffling trajectories
-therefore shuffles advantages bit-for-bit, and nothing depends on other segments.
+Sums are exact, hence independent of the order of the segment's values: each segment is scaled
+by a power of two so its largest magnitude is just below 2^B, B = 62 − bit_length(n); values
+are rounded to integers and added in int64, which cannot round or overflow. The one rounding
+per value is at most 2^−(B+1) of the segment's largest magnitude: no coarser than float64's
+own spacing there for segments of up to 512 values. Shuffling trajectories therefore shuffles
+advantages bit-for-bit, and no segment's result depends on another segment. Working in these
+scaled units also keeps squares of huge rewards finite.
 """
 
 from __future__ import annotations
@@ -29,18 +30,21 @@ __all__ = ["Scale", "center"]
 
 Scale = Literal["std", "none"]
 
+# Powers of two beyond float64's exponent range are clamped: a segment whose largest value is
+# below 2^-960 (~1e-289) is treated on a coarser grid, which only ever rounds it towards 0.
+_MIN_EXPONENT = -960
 
-def _exact_sums(v: np.ndarray, starts: np.ndarray, counts: np.ndarray, exponent: np.ndarray) -> np.ndarray:
-    """(n_seg,) Σ v per segment, given |v| < 2^exponent on each segment.
 
-    Each v is rounded to a multiple of 2^(exponent − B), B = 62 − bit_length(n), and the
-    resulting integers are added in int64, which is exact and so independent of order.
-    """
-    bits = 62 - np.frexp(counts.astype(np.float64))[1]
-    q = np.ldexp(v, np.repeat(bits - exponent, counts))
-    np.rint(q, out=q)
-    total = np.add.reduceat(q.astype(np.int64), starts).astype(np.float64)
-    return np.ldexp(total, exponent - bits)
+def _unit_exponent(magnitude: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(n_seg,) u with magnitude · 2^u < 2^B, B = 62 − bit_length(n), as high as possible."""
+    _, exponent = np.frexp(magnitude)  # magnitude < 2^exponent
+    headroom = 62 - np.frexp(counts.astype(np.float64))[1]  # n values below 2^B sum below 2^62
+    return headroom - np.maximum(exponent, _MIN_EXPONENT)
+
+
+def _exact_sums(z: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(n_seg,) Σ round(z) per segment, |z| < 2^B so every partial sum is an exact int64."""
+    return np.add.reduceat(np.rint(z).astype(np.int64), starts).astype(np.float64)
 
 
 def center(
@@ -69,26 +73,26 @@ def center(
         return x.copy()
     hi = np.maximum.reduceat(x, starts)
     lo = np.minimum.reduceat(x, starts)
-    _, exponent = np.frexp(np.maximum(hi, -lo))  # max |x| < 2^exponent
-    exponent_each = np.repeat(exponent, counts)
-    # Work on y = x / 2^exponent (|y| < 1, exact): squares of huge rewards stay finite.
-    y = np.ldexp(x, -exponent_each)
-    hi, lo = np.ldexp(hi, -exponent), np.ldexp(lo, -exponent)
-    zero = np.zeros_like(exponent)
-    mean = _exact_sums(y, starts, counts, zero) / counts
     constant = hi == lo
-    mean[constant] = hi[constant]  # all values equal: every deviation is exactly 0
-    deviation = y - np.repeat(mean, counts)
+    # z = x · 2^u: exact (a power of two), |z| < 2^B.
+    u = _unit_exponent(np.maximum(hi, -lo), counts)
+    z = x * np.repeat(np.ldexp(1.0, u), counts)
+    mean = _exact_sums(z, starts) / counts
+    mean[constant] = np.ldexp(hi, u)[constant]  # all values equal: deviations exactly 0
+    deviation = z - np.repeat(mean, counts)
 
+    factor = np.ldexp(1.0, -u)  # back to the units of x
     if scale == "std":
-        # Rounding is monotone, so the extreme deviations bound every deviation exactly.
-        widest = np.maximum(hi - mean, mean - lo)
-        _, square_exponent = np.frexp(widest * widest)
-        variance = _exact_sums(deviation * deviation, starts, counts, square_exponent) / counts
-        denominator = np.sqrt(variance) + np.ldexp(eps, -exponent)
+        # Rounding is monotone, so the extreme deviations bound all of them exactly.
+        widest = np.maximum(np.ldexp(hi, u) - mean, mean - np.ldexp(lo, u))
+        v = _unit_exponent(widest * widest, counts)
+        squares = deviation * deviation
+        squares *= np.repeat(np.ldexp(1.0, v), counts)
+        variance = np.ldexp(_exact_sums(squares, starts), -v) / counts
+        denominator = np.sqrt(variance) + np.ldexp(eps, u)  # u <= 1021: ε·2^u stays finite
+        denominator[constant] = 1.0  # deviations are exactly 0 there; no 0/0 with eps = 0
+        factor = 1.0 / denominator
     if leave_one_out:
-        deviation *= np.repeat(counts / np.maximum(counts - 1, 1), counts)
-    if scale == "std":
-        deviation /= np.repeat(denominator, counts)
-        return deviation
-    return np.ldexp(deviation, exponent_each)
+        factor = factor * (counts / np.maximum(counts - 1, 1))
+    deviation *= np.repeat(factor, counts)
+    return deviation

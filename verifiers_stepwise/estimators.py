@@ -15,7 +15,7 @@ trajectory has nothing to compare against and gets 0 everywhere.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -125,9 +125,10 @@ class Stepwise(Estimator):
     config: StepwiseConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
+        return _in_chunks(batch, self._advantages)
+
+    def _advantages(self, batch: RaggedBatch) -> np.ndarray:
         c = self.config
-        if batch.n_turns == 0:
-            return np.zeros(0)
         returns = ragged_discounted_returns(batch, c.gamma, c.aggregation)
         if c.baseline == "trajectory":
             return _trajectory_advantages(batch, returns, c.scale, c.eps)
@@ -167,8 +168,22 @@ class GRPO(Estimator):
     Config = GRPOConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
+        return _in_chunks(batch, self._advantages)
+
+    def _advantages(self, batch: RaggedBatch) -> np.ndarray:
         totals = ragged_discounted_returns(batch, 1.0, "sum")
         return _trajectory_advantages(batch, totals, self.config.scale, self.config.eps)
+
+
+# Groups are independent, so large batches are scored a few thousand groups at a time: the
+# dozens of temporaries then stay in CPU cache, which is ~2x faster than streaming through RAM.
+CHUNK_TURNS = 1 << 15
+
+
+def _in_chunks(batch: RaggedBatch, advantages: Callable[[RaggedBatch], np.ndarray]) -> np.ndarray:
+    if batch.n_turns <= CHUNK_TURNS:
+        return advantages(batch) if batch.n_turns else np.zeros(0)
+    return np.concatenate([advantages(chunk) for chunk in batch.chunks(CHUNK_TURNS)])
 
 
 def _trajectory_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:

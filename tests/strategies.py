@@ -1,0 +1,30 @@
+"""Hypothesis strategies shared by the math tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+# Rewards of any sign; magnitudes where a float64 reference is itself trustworthy.
+reward = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False)
+nonnegative_reward = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
+gamma = st.one_of(st.sampled_from([0.0, 0.4, 0.8, 0.9, 1.0]), st.floats(min_value=0.0, max_value=1.0))
+aggregation = st.sampled_from(["sum", "max"])
+baseline = st.sampled_from(["pooled", "per_turn", "leave_one_out", "trajectory"])
+scale = st.sampled_from(["std", "none"])
+
+
+def trajectory(elements=reward, max_turns: int = 12):
+    return st.lists(elements, min_size=1, max_size=max_turns)
+
+
+def group(elements=reward, max_size: int = 8, max_turns: int = 8):
+    return st.lists(trajectory(elements, max_turns), min_size=1, max_size=max_size)
+
+
+def groups(elements=reward, max_groups: int = 5):
+    return st.lists(group(elements), min_size=1, max_size=max_groups)
+
+
+def close(a: float, b: float, scale: float) -> bool:
+    """Equal up to float64 rounding relative to ``scale`` (the magnitudes that were summed)."""
+    return abs(a - b) <= 1e-9 * max(1.0, scale)
