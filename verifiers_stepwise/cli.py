@@ -316,21 +316,26 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
         TransferSpeedColumn,
     )
 
-    columns = (TextColumn("reading traces"), BarColumn(), DownloadColumn(),
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=_console(stderr=True), transient=True) as progress:
-        task = progress.add_task("read", total=sum(p.stat().st_size for p in paths))
+    # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
+    console = _console(stderr=True, force_terminal=args.progress)
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
+        import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
+
+        progress.update(task, description="reading traces")
         return collect(paths, skip_bad=args.skip_bad,
                        progress=lambda n: progress.advance(task, n))
 
 
-def _console(stderr: bool = False) -> Any:
+def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     # Piped output has no terminal width; rich would fall back to 80 and wrap the tables.
     width = None if stream.isatty() or "COLUMNS" in os.environ else 160
-    return Console(stderr=stderr, width=width)
+    return Console(stderr=stderr, width=width, force_terminal=force_terminal)
 
 
 if __name__ == "__main__":

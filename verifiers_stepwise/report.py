@@ -6,7 +6,7 @@ group's trajectories in read order:
 
     file, line          where the episode is (line numbers from 1)
     episode, trace      the episode's and the trace's ids
-    agent, group        the trace's agent; the group index (0-based, as in the summary)
+    agent, group        the trace's agent name; the group index (0-based, first seen first)
     group_by, group_id  the field the group was formed by and its value (see tracefile)
     turn, turns         turn index t (0-based) and the trajectory's number of turns T
     reward, tokens      r_t and the turn's sampled tokens (0 without token ids)
@@ -95,7 +95,8 @@ def render(console: Any, report: dict[str, Any]) -> None:
         console.print(f"  {groups['singleton']:,} singleton groups: nothing to compare, advantage 0")
     excluded = [
         f"{counts['not_trainable']:,} traces of untrainable agents" if counts["not_trainable"] else "",
-        f"{counts['errored']:,} errored traces kept (their recorded turns)" if counts["errored"] else "",
+        f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)"
+        if counts["errored"] else "",
     ]
     if any(excluded):
         console.print("  " + "; ".join(e for e in excluded if e))
@@ -136,16 +137,16 @@ def render(console: Any, report: dict[str, Any]) -> None:
     if report["sweep"]:
         sweep = report["sweep"]
         table = Table(
-            title=f"gamma sweep of {report['estimators'][0]['label']}:"
-            " mean return and mean advantage per turn",
+            title=f"gamma sweep of {report['estimators'][0]['label']}\n"
+            "R: mean return, A: mean advantage, per turn index",
             title_justify="left",
         )
         table.add_column("turn", justify="right")
         table.add_column("count", justify="right")
         for entry in sweep:
             gamma = entry["returns"]["gamma"]
-            table.add_column(f"γ={gamma:g} return", justify="right")
-            table.add_column(f"γ={gamma:g} adv", justify="right")
+            table.add_column(f"R γ={gamma:g}", justify="right")
+            table.add_column(f"A γ={gamma:g}", justify="right")
         for t, row in enumerate(sweep[0]["turns"]):
             cells = []
             for entry in sweep:
@@ -165,35 +166,46 @@ def number(value: float, sign: str = "") -> str:
 def write_turn_rows(
     path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]
 ) -> int:
-    """Write the per-turn JSONL file (format in the module docstring); returns the row count."""
+    """Write the per-turn JSONL file (format in the module docstring); returns the row count.
+
+    Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
+    is written without a Python float per turn of the whole run in memory.
+    """
     batch = grouped.batch
-    order = grouped.order.tolist()
-    lengths = batch.lengths.tolist()
-    group_of = batch.group_of_trajectory.tolist()
-    rewards = batch.rewards.tolist()
-    tokens = grouped.tokens.tolist()
-    columns = [("", credits[0])] + [("compare_", c) for c in credits[1:2]]
-    values = [(p, c.returns.tolist(), c.advantages.tolist()) for p, c in columns]
-    turn = 0
+    per_turn = [("reward", batch.rewards), ("tokens", grouped.tokens)]
+    for prefix, credit in zip(("", "compare_"), credits):
+        per_turn += [(prefix + "return", credit.returns), (prefix + "advantage", credit.advantages)]
+    ends = batch.trajectory_ends
+    rows = 0
     with path.open("w", encoding="utf-8") as f:
-        for j, source in enumerate(order):
-            key = collected.groups[group_of[j]]
-            head = {
-                "file": collected.files[collected.file[source]],
-                "line": collected.line[source],
-                "episode": collected.episode_ids[source],
-                "trace": collected.trace_ids[source],
-                "agent": key.agent,
-                "group": group_of[j],
-                "group_by": key.by,
-                "group_id": key.id,
-            }
-            for t in range(lengths[j]):
-                row = {**head, "turn": t, "turns": lengths[j], "reward": rewards[turn],
-                       "tokens": tokens[turn]}
-                for prefix, returns, advantages in values:
-                    row[prefix + "return"] = returns[turn]
-                    row[prefix + "advantage"] = advantages[turn]
-                f.write(json.dumps(row) + "\n")
-                turn += 1
-    return turn
+        for lo in range(0, batch.n_trajectories, _CHUNK):
+            hi = min(lo + _CHUNK, batch.n_trajectories)
+            first = int(ends[lo] - batch.lengths[lo])
+            columns = [(name, values[first : ends[hi - 1]].tolist()) for name, values in per_turn]
+            turn = 0
+            for j in range(lo, hi):
+                source = int(grouped.order[j])
+                group = int(batch.group_of_trajectory[j])
+                key = collected.groups[group]
+                length = int(batch.lengths[j])
+                head = {
+                    "file": collected.files[collected.file[source]],
+                    "line": collected.line[source],
+                    "episode": collected.episode_ids[source],
+                    "trace": collected.trace_ids[source],
+                    "agent": collected.agents[collected.agent[source]],
+                    "group": group,
+                    "group_by": key.by,
+                    "group_id": key.id,
+                }
+                for t in range(length):
+                    row = {**head, "turn": t, "turns": length}
+                    row.update((name, values[turn]) for name, values in columns)
+                    f.write(json.dumps(row) + "\n")
+                    turn += 1
+            rows += turn
+    return rows
+
+
+_CHUNK = 4096
+"""Trajectories converted to Python numbers at once when writing rows."""

@@ -7,15 +7,18 @@ rewards are taken: what stays in memory is, per trajectory, its turn rewards, it
 count per turn, its place in the file and its episode and trace ids — never the messages or
 token streams, which make up nearly all of a file's bytes.
 
-Grouping rule (which trajectories an estimator compares with each other). A trajectory is one
-trainable trace of an episode; its group is
+Grouping rule (which trajectories an estimator compares with each other). An episode's group is
 
-    (run, env, agent, task group)   with
+    (run, env, task group)   with
     run        = episode.run.id, "" when the episode carries no run,
     env        = episode.env.id,
-    agent      = trace.agent.name,
     task group = episode.group.id when set (a trainer's rollout group), otherwise
-                 episode.task.key, otherwise episode.task.hash.
+                 episode.task.key, otherwise episode.task.hash,
+
+and its trajectories are the traces ``credit.score_group`` would score on that group: every
+trace of a trainable agent (all agents of the episode together, as score_group pools them),
+except errored ones (``trace.ok`` or ``episode.ok`` False), which score_group keeps out of the
+baseline; those are excluded here too and counted.
 
 Ids are compared as exact strings, never parsed, split or converted to numbers, and each is
 tagged with the field it came from (a group id "a" and a task key "a" are different groups).
@@ -26,16 +29,15 @@ of the task row, run-local ``idx`` included). Episodes sharing a group id must s
 task (key, else hash): a group that mixes tasks is bad input.
 
 Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
-no group identity, a mixed group, a trace without ``info["turn_rewards"]``, a trace whose
-turns disagree with its nodes (``TurnSchemaError``), no turns, or a reward that is not a finite
-number. It raises :class:`BadInput`, or with ``skip_bad`` is skipped and counted by kind
-(a bad line or episode skips that episode, a bad trace only that trace). Traces of agents
-marked not trainable are excluded and counted. Every line and trace is accounted for.
+no group identity, a mixed group, a trace without ``info["turn_rewards"]``, or a trace whose
+turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts that disagree with
+its nodes, a reward that is not a finite number) or empty. It raises :class:`BadInput`, or with ``skip_bad`` is skipped and counted by kind
+(a bad line or episode skips that episode, a bad trace only that trace). Every line and trace
+is accounted for: scored, excluded (untrainable or errored) or skipped.
 """
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
     from verifiers_stepwise.ragged import RaggedBatch
 
-__all__ = ["BadInput", "Collected", "GroupKey", "Grouped", "Problem", "PROBLEMS", "collect"]
+__all__ = ["BadInput", "Collected", "GroupKey", "Grouped", "Problem", "PROBLEMS", "Strings", "collect"]
 
 PROBLEMS: dict[str, str] = {
     "malformed": "malformed lines",
@@ -59,6 +61,9 @@ PROBLEMS: dict[str, str] = {
     "bad_turns": "traces with invalid turns",
 }
 """Kinds of bad input, with the plural noun used when counting them."""
+
+_LINE_BITS = 40
+_LINE_MASK = (1 << _LINE_BITS) - 1
 
 MAX_KEPT_PROBLEMS = 20
 """Skipped items whose messages are kept for display; the rest are only counted."""
@@ -87,10 +92,27 @@ class BadInput(ValueError):
 class GroupKey:
     run: str
     env: str
-    agent: str
     by: str
     """The field the id came from: "group.id", "task.key" or "task.hash"."""
     id: str
+
+
+class Strings:
+    """An append-only list of str packed in one buffer: no Python object per item."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.ends = array("q")
+
+    def append(self, text: str) -> None:
+        self.data += text.encode()
+        self.ends.append(len(self.data))
+
+    def __getitem__(self, i: int) -> str:
+        return self.data[self.ends[i - 1] if i else 0 : self.ends[i]].decode()
+
+    def __len__(self) -> int:
+        return len(self.ends)
 
 
 @dataclass
@@ -108,10 +130,13 @@ class Collected:
     group: array = field(default_factory=lambda: array("q"))
     file: array = field(default_factory=lambda: array("q"))
     line: array = field(default_factory=lambda: array("q"))
-    episode_ids: list[str] = field(default_factory=list)
-    trace_ids: list[str] = field(default_factory=list)
+    agent: array = field(default_factory=lambda: array("q"))
+    """Index into ``agents``."""
+    episode_ids: Strings = field(default_factory=lambda: Strings())
+    trace_ids: Strings = field(default_factory=lambda: Strings())
+    agents: list[str] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
-    """lines, blank_lines, episodes, traces, trajectories, not_trainable, errored."""
+    """lines, blank_lines, episodes, traces, trajectories, not_trainable, errored (excluded)."""
     skipped: Counter = field(default_factory=Counter)
     """Skipped items by problem kind (see PROBLEMS)."""
     problems: list[Problem] = field(default_factory=list)
@@ -173,8 +198,11 @@ class _Reader:
         self.skip_bad = skip_bad
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
-        self.group_task: dict[tuple[str, str, str], tuple[str | None, str]] = {}
-        self.seen_episodes: dict[str, str] = {}
+        self.agent_index: dict[str, int] = {}
+        self.group_task: dict[GroupKey, tuple[str | None, str]] = {}
+        self.seen_episodes: dict[str, int] = {}
+        """episode id -> its file index and line packed in one int (a str per episode would
+        be the largest thing held)."""
 
     def problem(self, kind: str, where: str, message: str) -> None:
         problem = Problem(kind, where, message)
@@ -209,63 +237,65 @@ class _Reader:
                 self.episode(episode, where, file_index, number)
 
     def episode(self, episode: Any, where: str, file_index: int, number: int) -> None:
-        first = self.seen_episodes.setdefault(episode.id, where)
-        if first != where:
+        here = file_index << _LINE_BITS | number
+        first = self.seen_episodes.setdefault(episode.id, here)
+        if first != here:
             self.out.counts["traces"] += len(episode.traces)
-            self.problem("duplicate", where, f"episode {episode.id!r} was already read at {first}")
+            first_where = f"{self.out.files[first >> _LINE_BITS]}:{first & _LINE_MASK}"
+            self.problem("duplicate", where, f"episode {episode.id!r} was already read at {first_where}")
             return
         task_group = self.task_group(episode, where)
         if task_group is None:
             self.out.counts["traces"] += len(episode.traces)
             return
         for position, trace in enumerate(episode.traces):
-            self.trace(trace, position, episode.id, task_group, where, file_index, number)
+            self.trace(episode, position, task_group, where, file_index, number)
 
-    def task_group(self, episode: Any, where: str) -> tuple[str, str, str, str] | None:
-        """(run, env, by, id) of the episode, or None after reporting why there is none."""
+    def task_group(self, episode: Any, where: str) -> GroupKey | None:
+        """The episode's group, or None after reporting why it has none."""
         run = episode.run.id if episode.run is not None else ""
+        env = episode.env.id
         task = episode.task.key or episode.task.hash
-        if episode.group is not None:
-            if not episode.group.id:
-                self.problem("no_group", where, "episode.group.id is empty")
-                return None
-            seen = self.group_task.setdefault((run, episode.env.id, episode.group.id), (task, where))
-            if seen[0] != task:
-                self.problem(
-                    "mixed_group",
-                    where,
-                    f"group {episode.group.id!r} mixes tasks: task {task!r} here, "
-                    f"{seen[0]!r} at {seen[1]}",
-                )
-                return None
-            return run, episode.env.id, "group.id", episode.group.id
-        if episode.task.key:
-            return run, episode.env.id, "task.key", episode.task.key
-        if episode.task.hash:
-            return run, episode.env.id, "task.hash", episode.task.hash
-        self.problem(
-            "no_group",
-            where,
-            "episode has no group.id and its task has no key or hash, so it cannot be grouped",
-        )
-        return None
+        if episode.group is None:
+            if episode.task.key:
+                return GroupKey(run, env, "task.key", episode.task.key)
+            if episode.task.hash:
+                return GroupKey(run, env, "task.hash", episode.task.hash)
+            self.problem(
+                "no_group",
+                where,
+                "episode has no group.id and its task has no key or hash, so it cannot be grouped",
+            )
+            return None
+        if not episode.group.id:
+            self.problem("no_group", where, "episode.group.id is empty")
+            return None
+        key = GroupKey(run, env, "group.id", episode.group.id)
+        first_task, first_where = self.group_task.setdefault(key, (task, where))
+        if first_task != task:
+            self.problem(
+                "mixed_group",
+                where,
+                f"group {episode.group.id!r} mixes tasks: task {task!r} here, "
+                f"{first_task!r} at {first_where}",
+            )
+            return None
+        return key
 
     def trace(
-        self,
-        trace: Any,
-        position: int,
-        episode_id: str,
-        task_group: tuple[str, str, str, str],
-        where: str,
-        file_index: int,
-        number: int,
+        self, episode: Any, position: int, key: GroupKey, where: str, file_index: int, number: int
     ) -> None:
+        from verifiers_stepwise.credit import _error as excluded_because
         from verifiers_stepwise.turns import TurnSchemaError, read_turns
 
         out = self.out
+        trace = episode.traces[position]
         out.counts["traces"] += 1
         if not trace.agent.trainable:
             out.counts["not_trainable"] += 1
+            return
+        if excluded_because(episode, trace) is not None:
+            out.counts["errored"] += 1
             return
         name = f"trace {position} (agent {trace.agent.name!r})"
         try:
@@ -283,14 +313,6 @@ class _Reader:
         if not turns.rewards:
             self.problem("bad_turns", where, f"{name}: info['turn_rewards'] is empty")
             return
-        for t, reward in enumerate(turns.rewards):
-            if not _finite_number(reward):
-                self.problem("bad_turns", where, f"{name}, turn {t}: reward {reward!r} is not a finite number")
-                return
-        if not trace.ok:
-            out.counts["errored"] += 1
-        run, env, by, group_id = task_group
-        key = GroupKey(run, env, trace.agent.name, by, group_id)
         group = self.group_index.setdefault(key, len(self.group_index))
         if group == len(out.groups):
             out.groups.append(key)
@@ -300,13 +322,12 @@ class _Reader:
         out.group.append(group)
         out.file.append(file_index)
         out.line.append(number)
-        out.episode_ids.append(episode_id)
+        out.agent.append(self.agent_index.setdefault(trace.agent.name, len(self.agent_index)))
+        if len(out.agents) < len(self.agent_index):
+            out.agents.append(trace.agent.name)
+        out.episode_ids.append(episode.id)
         out.trace_ids.append(trace.id)
         out.counts["trajectories"] += 1
-
-
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _describe(error: Any) -> str:
