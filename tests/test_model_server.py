@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import httpx
 import openai
 import pytest
 
-from verifiers_stepwise.testing.server import ModelServer, Reply, ToolCallReply, scripted
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 
 SCRIPT = scripted(
     {
@@ -128,9 +130,25 @@ def test_requests_are_recorded_with_headers(server):
     assert client(server).models.list().data[0].id == "scripted-model"
 
 
+def test_per_rollout_plans_follow_the_session_header():
+    script = scripted({"x": PerRollout(["a"], ["b", "c"])})
+    with ModelServer(script) as server:
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+        def reply(session, history=()):
+            payload = {**body, "messages": [*body["messages"], *history]}
+            response = httpx.post(f"{server.base_url}/chat/completions", json=payload, headers={"X-Session-ID": session})
+            return response.json()["choices"][0]["message"]["content"]
+
+        assert [reply("s1"), reply("s2"), reply("s1"), reply("s3")] == ["a", "b", "a", "a"]
+        assert reply("s2", [{"role": "assistant", "content": "b"}]) == "c"
+
+
 def test_an_empty_conversation_script_is_refused():
     with pytest.raises(ValueError, match="conversation 'x' scripts no reply"):
         scripted({"x": []})
+    with pytest.raises(ValueError, match="conversation 'y' scripts no reply"):
+        scripted({"y": PerRollout(["a"], [])})
 
 
 def _not_json(text: str) -> bool:
@@ -140,3 +158,21 @@ def _not_json(text: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def test_runs_as_its_own_process_until_stdin_closes():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "verifiers_stepwise.testing.server", "--reply", "hello there"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base_url = process.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
+        body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
+        reply = httpx.post(f"{base_url}/chat/completions", json=body).json()
+        assert reply["choices"][0]["message"]["content"] == "hello there"
+    finally:
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0

@@ -39,6 +39,12 @@ _EXPORTS = {
     "turn_samples": "turns",
     "write_turn_advantages": "turns",
     "score_group": "credit",
+    "StepwiseMultiTurnEnv": "env",
+    "StepwiseMultiTurnEnvConfig": "env",
+    "Turn": "env",
+    "TurnResult": "env",
+    "StepwiseChatConfig": "harness",
+    "StepwiseChatHarness": "harness",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -79,6 +85,8 @@ if TYPE_CHECKING:
     )
     from verifiers_stepwise.returns import discounted_returns, ragged_discounted_returns
     from verifiers_stepwise.credit import score_group
+    from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+    from verifiers_stepwise.harness import StepwiseChatConfig, StepwiseChatHarness
     from verifiers_stepwise.turns import (
         TraceTurns,
         TurnSample,

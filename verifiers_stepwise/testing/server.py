@@ -11,7 +11,8 @@ on ``server.requests``.
 Replies come from a script: a function from the request (:class:`ChatCall`) to a
 :class:`Reply`. :func:`scripted` builds one that answers per conversation — the conversation is
 recognised by its first user message, and its k-th model call (k = assistant messages already
-in the request) gets the k-th scripted reply. A reply is text, reasoning, tool calls, or one of
+in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
+prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout. A reply is text, reasoning, tool calls, or one of
 the faults: ``http_500``, ``timeout`` (no answer until the server stops or ``hang_seconds``
 pass), ``malformed_json`` (a body or SSE event that is not JSON), ``empty`` (HTTP 200 with no
 body at all). A fault with ``times=n`` fires on the first n requests of its call and then the
@@ -20,12 +21,20 @@ call is answered normally, which is how retries are exercised.
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
 every message, completion tokens over the reply.
+
+As a separate process (benchmarks use this, so the server does not share their interpreter)::
+
+    python -m verifiers_stepwise.testing.server --reply "42"
+
+prints its base URL on the first line of stdout and serves until its stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +43,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-__all__ = ["ChatCall", "ModelServer", "RecordedRequest", "Reply", "ToolCallReply", "scripted"]
+__all__ = ["ChatCall", "ModelServer", "PerRollout", "RecordedRequest", "Reply", "ToolCallReply", "scripted"]
 
 Fault = Literal["http_500", "timeout", "malformed_json", "empty"]
 
@@ -63,6 +72,8 @@ class ChatCall:
     """One chat-completions request as the script sees it."""
 
     body: dict
+    session: str | None = None
+    """The ``X-Session-ID`` header: verifiers sends the rollout's trace id."""
 
     @property
     def messages(self) -> list[dict]:
@@ -86,12 +97,25 @@ class ChatCall:
 
 
 Script = Callable[[ChatCall], "Reply | str"]
+Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 
-def scripted(
-    conversations: Mapping[str, Sequence[Reply | str | Callable[[ChatCall], Reply | str]]],
-    default: Reply | str = "ok",
-) -> Script:
+class PerRollout:
+    """Different plans for the rollouts of one prompt: the k-th rollout (session) to reach the
+    server follows ``plans[k % len(plans)]``."""
+
+    def __init__(self, *plans: Plan) -> None:
+        self.plans = [list(plan) for plan in plans]
+        self._sessions: dict[str | None, int] = {}
+        self._lock = threading.Lock()
+
+    def plan(self, session: str | None) -> list:
+        with self._lock:
+            k = self._sessions.setdefault(session, len(self._sessions))
+        return self.plans[k % len(self.plans)]
+
+
+def scripted(conversations: Mapping[str, Plan | PerRollout], default: Reply | str = "ok") -> Script:
     """A script answering each conversation from its own list of replies.
 
     ``conversations`` maps a piece of a conversation's first user message to its replies: the
@@ -99,16 +123,17 @@ def scripted(
     entry answers every call past the end; an entry may be a function of the request).
     Conversations no key matches get ``default``.
     """
-    plans = {key: list(steps) for key, steps in conversations.items()}
-    for key, steps in plans.items():
-        if not steps:
-            raise ValueError(f"conversation {key!r} scripts no reply")
+    for key, plan in conversations.items():
+        for steps in plan.plans if isinstance(plan, PerRollout) else [plan]:
+            if not steps:
+                raise ValueError(f"conversation {key!r} scripts no reply")
 
     def script(call: ChatCall) -> Reply | str:
         prompt = call.prompt
-        steps = next((s for key, s in plans.items() if key in prompt), None)
-        if steps is None:
+        plan = next((p for key, p in conversations.items() if key in prompt), None)
+        if plan is None:
             return default
+        steps = plan.plan(call.session) if isinstance(plan, PerRollout) else plan
         step = steps[min(call.index, len(steps) - 1)]
         return step(call) if callable(step) else step
 
@@ -227,7 +252,7 @@ class ModelServer:
             self._record(request, None)
             return _error(400, "request body is not JSON")
         self._record(request, body)
-        call = ChatCall(body)
+        call = ChatCall(body, request.headers.get("X-Session-ID"))
         reply = self.script(call)
         if isinstance(reply, str):
             reply = Reply(content=reply)
@@ -362,3 +387,16 @@ def _text(content: Any) -> str:
 
 def _words(text: str) -> int:
     return len(text.split())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A local OpenAI-compatible server answering every call with one reply.")
+    parser.add_argument("--reply", default="ok", help="the text of every reply")
+    args = parser.parse_args(argv)
+    with ModelServer(lambda call: args.reply) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The refine env served through ``verifiers.v1.serve`` (the path prime-rl and torchtitan use)
+and driven by its ``EnvClient``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import verifiers.v1 as vf
+from verifiers.v1.serve import EnvClient, EnvServer
+
+from verifiers_stepwise import get_estimator, read_turns, score_group
+from verifiers_stepwise.arithmetic import ArithmeticTaskset
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
+
+KEY_VAR = "STEPWISE_TEST_API_KEY"
+
+
+async def test_env_server_and_client_run_refine_episodes(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "sk-local")
+    script = scripted({"17 * 23": PerRollout(["400", "391"], ["300", "390", "391"], ["391"])})
+    config = vf.resolve_env_config({"taskset": {"id": "stepwise-refine"}, "max_turns": 3})
+    (task,) = list(ArithmeticTaskset(config.taskset).take(1))
+    with ModelServer(script) as model:
+        server = EnvServer(config, address="tcp://127.0.0.1:0")
+        serving = asyncio.create_task(server.run())
+        client = EnvClient(server.address)
+        try:
+            await client.wait_for_server_startup(timeout=60, interval=0.2)
+            deltas: list[dict] = []
+            run = dict(
+                client=vf.EvalClientConfig(base_url=model.base_url, api_key_var=KEY_VAR),
+                model="local-model",
+                sampling=vf.SamplingConfig(),
+                task_data=task.data.model_dump(mode="json"),
+            )
+            group = [await client.run(**run, on_delta=deltas.append) for _ in range(3)]
+        finally:
+            await client.close()
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+    assert all(isinstance(e, vf.Episode) and e.ok for e in group)
+    assert deltas  # the traces streamed in turn by turn
+    rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
+    assert [len(r) for r in rewards] == [1, 2, 3] and all(r[-1] == 1.0 for r in rewards)
+    assert all(read_turns(e.traces[0]).rewards == e.traces[0].info["turn_rewards"] for e in group)
+    advantages = score_group(group, "stepwise")
+    assert advantages == get_estimator("stepwise")([e.traces[0].info["turn_rewards"] for e in group])

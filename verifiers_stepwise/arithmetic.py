@@ -1,0 +1,61 @@
+"""A tiny offline arithmetic taskset: the refine env's bundled example (``vf-eval stepwise-refine``).
+
+Eight problems shipped in this module. The reward gives partial credit for near misses so a
+refinement loop has something to improve on:
+
+    closeness = max(0, 1 − |x − y| / max(1, |y|))        x: the reply's last number, y: the answer
+
+(1 exactly when the answer is right, 0 when there is no number).
+"""
+
+from __future__ import annotations
+
+import re
+
+import verifiers.v1 as vf
+
+__all__ = ["ArithmeticData", "ArithmeticTask", "ArithmeticTaskset", "PROBLEMS", "last_number"]
+
+PROBLEMS: tuple[tuple[str, float], ...] = (
+    ("17 * 23", 391),
+    ("144 / 12", 12),
+    ("2 ** 10", 1024),
+    ("15% of 240", 36),
+    ("the square root of 1764", 42),
+    ("7! / 5!", 42),
+    ("the sum of the integers from 1 to 20", 210),
+    ("1000 - 7 * 13", 909),
+)
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in ``text`` (thousands separators ignored), or None."""
+    numbers = _NUMBER.findall(text.replace(",", ""))
+    return float(numbers[-1]) if numbers else None
+
+
+class ArithmeticData(vf.TaskData):
+    answer: float
+
+
+class ArithmeticTask(vf.Task[ArithmeticData]):
+    @vf.reward
+    async def closeness(self, task: ArithmeticData, trace: vf.Trace) -> float:
+        guess = last_number(trace.last_reply)
+        if guess is None:
+            return 0.0
+        return max(0.0, 1.0 - abs(guess - task.answer) / max(1.0, abs(task.answer)))
+
+
+class ArithmeticTaskset(vf.Taskset[ArithmeticTask]):
+    def load(self):
+        for i, (expression, answer) in enumerate(PROBLEMS):
+            yield ArithmeticTask(
+                ArithmeticData(
+                    id=f"arithmetic-{i}",
+                    prompt=f"Compute {expression}. End your reply with the number.",
+                    answer=answer,
+                )
+            )

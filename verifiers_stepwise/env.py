@@ -1,0 +1,128 @@
+"""StepwiseMultiTurnEnv: a verifiers v1 ``Env`` that runs the turn loop and records a reward per turn.
+
+Verifiers 0.4.0 has no ``MultiTurnEnv``; a multi-turn env writes ``Env.run`` around
+``agents.agent.interaction(task)``. This class writes that loop once:
+
+    model turn (one harness segment, tool calls included)
+      -> env_response(task, turn) scores it and returns the next user message, or None to stop
+      -> ... until env_response stops, the segment terminates (a limit, a @stop, an error),
+         or max_turns turns were taken
+
+and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn_nodes"]``
+(``verifiers_stepwise.turns``), turn by turn, so a fault keeps the turns already earned.
+Subclasses write only ``env_response``.
+
+The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
+runtime: that harness executes nothing, so the runtime only provides a working directory (and
+hosts the task's MCP tool servers on this machine). Tasks whose tools execute code should pick an
+isolating runtime (``--env.agent.runtime.type docker``). Any harness that can resume an exchange
+works (``--env.agent.harness.id null``), except with ``exclude_think``, which needs a harness that
+rebuilds each turn's context.
+
+Checked against verifiers 0.4.0 (``verifiers/v1/env.py``, ``agent.py``, ``configs/env.py``).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import verifiers.v1 as vf
+from pydantic import Field, model_validator
+from verifiers.v1.configs.agent import agent_config_fields
+
+from verifiers_stepwise.harness import HARNESS_ID
+from verifiers_stepwise.turns import append_turn
+
+__all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
+
+
+class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(harness={"id": HARNESS_ID}, runtime=vf.SubprocessConfig())
+    """The one seat: the policy, through the in-process harness by default."""
+    max_turns: int = Field(4, ge=1)
+    """Environment turns per episode (``--env.max-turns``). A turn is one model reply the env
+    scores and may hold several model calls (a tool loop); ``--env.agent.max-turns`` caps
+    model calls instead."""
+    exclude_think: bool = False
+    """Remove earlier turns' reasoning (``<think>…</think>`` and reasoning fields) from the
+    context the model sees on later turns; the current turn keeps its own (Kevin)."""
+
+    @model_validator(mode="after")
+    def _exclude_think_on_the_harness(self) -> StepwiseMultiTurnEnvConfig:
+        """The harness builds each request's context, so exclude_think is carried out there."""
+        if not self.exclude_think:
+            return self
+        for name, spec in agent_config_fields(self).items():
+            harness = spec.harness
+            if harness is None or "exclude_think" not in type(harness).model_fields:
+                used = harness.id if harness is not None else "the taskset's default"
+                raise ValueError(
+                    f"exclude_think needs a harness that rebuilds each turn's context "
+                    f"({HARNESS_ID!r}); agent {name!r} runs {used!r}, which replays the "
+                    f"conversation as it was"
+                )
+            spec.harness = harness.model_copy(update={"exclude_think": True})
+        return self
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One finished model turn, as ``env_response`` sees it."""
+
+    index: int
+    """0 for the first turn."""
+    segment: vf.Segment
+    """What the model produced this turn: its assistant messages and tool results."""
+    trace: vf.Trace
+    """The live trace (the whole exchange so far)."""
+    last: bool
+    """Whether this is turn ``max_turns``: a returned message is not sent."""
+
+    @property
+    def reply(self) -> str:
+        """The model's final text this turn."""
+        return self.segment.last_reply
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """``env_response``'s verdict on a turn."""
+
+    reward: float
+    """This turn's reward, recorded in ``trace.info["turn_rewards"]``."""
+    message: str | vf.Messages | None = None
+    """The next user message, or None to end the episode."""
+
+
+class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
+    """Runs the turn loop for its subclasses; they score turns in ``env_response``.
+
+    Tasks must carry a prompt: the model speaks first. The seat is the config's ``agent``.
+    A subclass with a config of its own names it the way verifiers reads it, from an
+    ``Env[...]`` base: ``class MyEnv(StepwiseMultiTurnEnv, vf.Env[MyConfig])`` with
+    ``MyConfig(StepwiseMultiTurnEnvConfig)``.
+    """
+
+    config: StepwiseMultiTurnEnvConfig
+
+    @abstractmethod
+    async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
+        """Score ``turn`` and say what the user answers (``TurnResult.message``) or that the
+        episode ends (``message=None``). Called after every turn, the last one included."""
+
+    async def run(self, task: vf.Task, agents: vf.Agents) -> None:
+        async with agents.agent.interaction(task) as chat:
+            message: str | vf.Messages | None = None
+            for index in range(self.config.max_turns):
+                first = len(chat.trace.nodes)
+                segment = await chat.turn(message)
+                if segment.terminated:
+                    return
+                nodes = [i for i in range(first, len(chat.trace.nodes)) if chat.trace.nodes[i].sampled]
+                last = index == self.config.max_turns - 1
+                result = await self.env_response(task, Turn(index, segment, chat.trace, last))
+                append_turn(chat.trace, result.reward, nodes)
+                if result.message is None:
+                    return
+                message = result.message

@@ -1,0 +1,327 @@
+"""An in-process chat harness for verifiers v1 (harness id ``stepwise-chat``).
+
+The built-in ``null`` harness relaunches a uv-managed Python program for every segment of an
+exchange. This harness runs the same chat loop inside the rollout's own event loop: it posts
+to the interception endpoint it is handed (so the trace, limits, ``@stop`` checks, sampling
+overrides and usage records are exactly the framework's), runs the model's tool calls against
+the task's MCP tool servers, and returns when the model answers without a tool call. No
+subprocess, no uv, no package index.
+
+Per rollout, one :class:`ChatSession` keeps its HTTP connection to the interception server and
+its MCP connections open across turns. Each later turn (``Harness.resume``) replays the
+trace's current branch — the conversation exactly as the interception committed it — plus the
+caller's new messages. With ``exclude_think`` the replayed assistant messages of earlier turns
+lose their reasoning (``reasoning_content``/``reasoning_details`` and ``<think>…</think>``
+text) before the model sees them; the current turn, tool loop included, keeps its own. The
+graph then forks at the first rewritten message, so each turn ends on its own branch.
+
+Model errors: HTTP 429/5xx answers, broken streams and transport errors are retried
+(``max_retries``, exponential ``retry_backoff``) with the ``x-stainless-retry-count`` header the
+interception server's replay guard keys on; anything else ends the segment, and the rollout
+records the interception's own account of the failure.
+
+Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``,
+``harnesses/utils``, ``interception/server.py``, ``dialects/chat.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import ssl
+from contextlib import AsyncExitStack
+from typing import Any
+
+import certifi
+import httpx
+import verifiers.v1 as vf
+from pydantic import Field
+from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
+from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
+from verifiers.v1.harnesses.utils.compaction import bound_tool_message
+from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
+
+__all__ = ["ChatSession", "ModelCallError", "StepwiseChatConfig", "StepwiseChatHarness", "strip_think"]
+
+HARNESS_ID = "stepwise-chat"
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+MAX_BACKOFF = 8.0
+
+_DIALECT = ChatDialect()
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_OPEN_THINK = re.compile(r"<think>.*\Z", re.DOTALL)
+
+
+class StepwiseChatConfig(vf.HarnessConfig):
+    id: vf.ID = HARNESS_ID
+    stream: bool = True
+    """Request SSE streams (usage comes in the stream's last chunk), or one JSON body each."""
+    exclude_think: bool = False
+    """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
+    max_retries: int = Field(2, ge=0)
+    """Retries of a model call answered with 429/5xx, a broken stream or a transport error."""
+    retry_backoff: float = Field(0.5, ge=0)
+    """Seconds before the first retry; doubled for each further one, at most 8 s."""
+    request_timeout: float | None = Field(None, gt=0)
+    """Seconds one model call may take (None: bounded only by the rollout's own timeout)."""
+
+
+class ModelCallError(RuntimeError):
+    """The interception endpoint refused or failed a model call."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+    @property
+    def retryable(self) -> bool:
+        return self.status_code is None or self.status_code == 429 or self.status_code >= 500
+
+
+def strip_think(message: vf.AssistantMessage) -> vf.AssistantMessage:
+    """The message without its reasoning: reasoning fields dropped, ``<think>…</think>``
+    blocks removed from the text (and an unclosed trailing ``<think>…``, and everything up to
+    a lone ``</think>``, whose opening tag was in the prompt template)."""
+    content = message.content
+    if content is not None:
+        content = _THINK_BLOCK.sub("", content)
+        if "</think>" in content:
+            content = content.rsplit("</think>", 1)[1]
+        content = _OPEN_THINK.sub("", content).strip()
+    return message.model_copy(update={"content": content, "reasoning_content": None, "provider_state": None})
+
+
+class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
+    APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_MCP = True
+    SUPPORTS_RESUME = True
+    SUPPORTS_TOOL_INTERCEPTION = True
+    EXECUTES_CODE = False
+    NEEDS_CONTAINER = False
+
+    async def session(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        tool_interception_url: str | None = None,
+    ) -> ChatSession:
+        return ChatSession(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+
+    async def launch(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        tool_interception_url: str | None = None,
+    ) -> vf.ProgramResult:
+        """One segment on the task's own prompt, in a session of its own."""
+        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        try:
+            return await session._run(None)
+        finally:
+            await session.close()
+
+    async def resume(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        messages: vf.Messages,
+        tool_interception_url: str | None = None,
+    ) -> vf.ProgramResult:
+        """The next segment: the trace's current branch plus ``messages``, in a session of its own."""
+        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        try:
+            return await session._run(messages)
+        finally:
+            await session.close()
+
+
+class ChatSession(vf.HarnessSession):
+    """One rollout's chat loop; its HTTP and MCP connections live until ``close()``."""
+
+    harness: StepwiseChatHarness
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stack = AsyncExitStack()
+        self._http: httpx.AsyncClient | None = None
+        self._tools: list[dict] = []
+        self._dispatch: dict[str, tuple[str, str]] = {}
+        self._servers: dict = {}
+
+    @property
+    def config(self) -> StepwiseChatConfig:
+        return self.harness.config
+
+    async def _run(self, messages: vf.Messages | None) -> vf.ProgramResult:
+        if self._http is None:
+            await self._open()
+        conversation = self._conversation(messages)
+        while True:
+            reply = (await self._complete(conversation)).message
+            conversation.append(message_to_wire(reply))
+            if not reply.tool_calls:
+                return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+            for call in reply.tool_calls:
+                conversation.append(await self._tool_result(call))
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+        await super().close()
+
+    async def _open(self) -> None:
+        self._http = await self._stack.enter_async_context(
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context()
+            )
+        )
+        if self.mcp_urls:
+            headers = self.config.resolve_mcp_headers(self.mcp_urls)
+            servers = {
+                name: {"url": url, "timeout": self.config.tool_timeout, "headers": headers.get(name)}
+                for name, url in self.mcp_urls.items()
+            }
+            tools, dispatch, self._servers = await asyncio.wait_for(
+                connect_mcp({"mcpServers": servers}, self._stack), self.config.tool_timeout
+            )
+            disabled = set(self.config.disabled_tools or ())
+            self._tools = [tool for tool in tools if tool["function"]["name"] not in disabled]
+            self._dispatch = {name: target for name, target in dispatch.items() if name not in disabled}
+
+    def _conversation(self, messages: vf.Messages | None) -> list[dict]:
+        """The request's messages: the task's prompt for the first segment, else the trace's
+        current branch (earlier reasoning removed under ``exclude_think``) plus ``messages``."""
+        system, prompt = self.harness.resolve_prompt(self.data)
+        if messages is None:
+            context: list[vf.Message] = [vf.UserMessage(content=prompt)] if isinstance(prompt, str) else list(prompt or [])
+            if system:
+                context.insert(0, vf.SystemMessage(content=system))
+        else:
+            branches = self.trace.branches
+            context = list(branches[-1].messages) if branches else []
+            if not context and system:
+                context.append(vf.SystemMessage(content=system))
+            if self.config.exclude_think:
+                context = [strip_think(m) if isinstance(m, vf.AssistantMessage) else m for m in context]
+            context += messages
+        return [message_to_wire(m) for m in context]
+
+    async def _complete(self, conversation: list[dict]) -> vf.Response:
+        body: dict[str, Any] = {"model": self.ctx.model, "messages": conversation}
+        if self._tools:
+            body["tools"] = self._tools
+        if self.config.stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        attempt = 0
+        while True:
+            headers = {"Authorization": f"Bearer {self.secret}"}
+            if attempt:
+                headers[RETRY_COUNT_HEADER] = str(attempt)
+            try:
+                if self.config.stream:
+                    return await self._streamed(body, headers)
+                return await self._posted(body, headers)
+            except ModelCallError as error:
+                if not error.retryable or attempt == self.config.max_retries:
+                    raise
+            except httpx.TransportError:
+                if attempt == self.config.max_retries:
+                    raise
+            await asyncio.sleep(min(MAX_BACKOFF, self.config.retry_backoff * 2**attempt))
+            attempt += 1
+
+    async def _posted(self, body: dict, headers: dict[str, str]) -> vf.Response:
+        response = await self._http.post(f"{self.endpoint}/chat/completions", json=body, headers=headers)
+        if response.status_code >= 400:
+            raise ModelCallError(_error_text(response.content), response.status_code)
+        try:
+            return _DIALECT.parse_response(_DIALECT.validate_response(response.json()))
+        except ValueError as error:
+            raise ModelCallError(f"malformed completion from the interception endpoint: {error}") from error
+
+    async def _streamed(self, body: dict, headers: dict[str, str]) -> vf.Response:
+        parser = _DIALECT.stream_parser()
+        async with self._http.stream("POST", f"{self.endpoint}/chat/completions", json=body, headers=headers) as response:
+            if response.status_code >= 400:
+                raise ModelCallError(_error_text(await response.aread()), response.status_code)
+            event: list[str] = []
+            async for line in response.aiter_lines():
+                if line:
+                    event.append(line)
+                    continue
+                raw = "\n".join(event).encode()
+                event.clear()
+                if is_sse_done_event(raw):
+                    return parser.finish()
+                if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
+                    raise ModelCallError(_error_text(json.dumps(chunk).encode()))
+                parser.feed(raw)
+        raise ModelCallError("the model stream ended before data: [DONE]")
+
+    async def _tool_result(self, call: vf.ToolCall) -> dict:
+        """The tool message answering ``call``: the gate's verdict when it denies the call, else
+        the MCP server's result (or an error text the model can act on)."""
+        if self.tool_interception_url:
+            verdict = await self._gate(call)
+            if verdict["action"] == "deny":
+                return bound_tool_message(verdict["message"])
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as error:
+            content: Any = f"error: invalid JSON in tool arguments ({error}); resend the call with valid JSON"
+        else:
+            if not isinstance(arguments, dict):
+                content = f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
+            elif call.name in self._dispatch:
+                content = await call_mcp(self._servers, self._dispatch, call.name, arguments)
+            else:
+                content = f"error: unknown tool {call.name!r}"
+        return bound_tool_message({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+
+    async def _gate(self, call: vf.ToolCall) -> dict:
+        """Ask the rollout's tool gate before running ``call`` (allow, deny or stop)."""
+        try:
+            arguments: Any = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            arguments = call.arguments
+        response = await self._http.post(
+            self.tool_interception_url,
+            json={"tool_call_id": call.id, "name": call.name, "arguments": arguments},
+            headers={"Authorization": f"Bearer {self.secret}"},
+        )
+        response.raise_for_status()
+        verdict = response.json()
+        if verdict["action"] == "stop":
+            raise ModelCallError(f"rollout stopped: {verdict['reason']}", 400)
+        return verdict
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context per process: loading the CA bundle takes tens of milliseconds, which a fresh
+    httpx client would pay at every rollout (the endpoint is https only behind a tunnel)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return body.decode(errors="replace")[:2000] or "empty error body"
+    return str(error.get("message", error) if isinstance(error, dict) else error)
