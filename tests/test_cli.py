@@ -275,7 +275,7 @@ def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counte
 # -- bad input ----------------------------------------------------------------------------
 
 
-def broken_file(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+def broken_file(folder: Path) -> tuple[Path, dict[str, int]]:
     good = rollouts(tasks=2, per_task=3)
     no_rewards = make_episode([1.0, 0.0], task=0)
     del no_rewards.traces[0].info["turn_rewards"], no_rewards.traces[0].info["turn_nodes"]
@@ -289,7 +289,8 @@ def broken_file(tmp_path: Path) -> tuple[Path, dict[str, int]]:
     lines.insert(4, json.dumps({"id": "x", "traces": []}))         # line 5: not an episode
     lines += [json.dumps(e.to_record()) for e in (no_rewards, too_many, not_a_number)]  # 9..11
     lines.append(lines[0])                                         # line 12: duplicate
-    path = tmp_path / "traces.jsonl"
+    folder.mkdir(exist_ok=True)
+    path = folder / "traces.jsonl"
     path.write_text("\n".join(lines) + "\n")
     skipped = {"malformed": 2, "duplicate": 1, "no_group": 0, "mixed_group": 0, "no_turn_rewards": 1,
                "bad_turns": 2}
@@ -354,9 +355,14 @@ def test_missing_file_unknown_estimator_and_bad_config_are_clear_errors(tmp_path
     assert code == 2 and "--gammas: GRPO has no gamma to sweep" in err
     code, _, err = run(capsys, "advantages", traces, "--gammas", "0,x")
     assert code == 2 and "--gammas: expected numbers" in err
+    code, _, err = run(capsys, "advantages", traces, "-o", traces)
+    assert code == 2 and "would overwrite an input file" in err
     # A run directory of vf-eval works as well as its traces.jsonl.
     code, _, err = run(capsys, "advantages", tmp_path, "--no-output")
     assert code == 0, err
+    huge = write_episodes(tmp_path / "huge.jsonl", [make_episode([1e308, 1e308]), make_episode([0.0])])
+    code, _, err = run(capsys, "advantages", huge, "--gamma", "1", "--no-output")
+    assert code == 2 and "overflows float64" in err
 
 
 def test_reading_holds_per_trajectory_numbers_not_episodes(tmp_path):
@@ -481,7 +487,52 @@ def test_help_loads_no_heavy_module():
     assert json.loads(result.stdout.splitlines()[-1]) == []
 
 
-# -- the console script, on large and broken files -------------------------------------------
+# -- the console script: on a real vf-eval run, a large file, a broken file ---------------------
+
+
+@pytest.fixture(scope="module")
+def vf_eval_run(tmp_path_factory):
+    """The real vf-eval on the bundled refine env against the local server: 3 problems x 4
+    rollouts of up to 3 turns, one rollout cut by an HTTP 500 (an errored episode)."""
+    from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, scripted
+    from verifiers_stepwise.testing.vf_eval import run_vf_eval
+
+    script = scripted({
+        "17 * 23": PerRollout(["About 400.", "391"], ["391"], ["300", "380", "390"], ["I am not sure."]),
+        "144 / 12": PerRollout(["10", "12"], ["11", "11", "12"], ["12"], ["6", Reply(fault="http_500")]),
+        "2 ** 10": PerRollout(["1000", "1024"], ["512", "1000", "1024"], ["1024"], ["2000"]),
+    })
+    tmp = tmp_path_factory.mktemp("vf_eval")
+    with ModelServer(script) as server:
+        return run_vf_eval(["stepwise-refine", "-n", "3", "-r", "4", "--env.max-turns", "3"],
+                           server.base_url, output_dir=tmp, env={"HOME": str(tmp)})
+
+
+def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
+    episodes = vf_eval_run.episodes
+    assert len(episodes) == 12 and sum(not e.ok for e in episodes) == 1
+    result = console("advantages", vf_eval_run.run_dir, "--compare", ":baseline=per_turn", "--json",
+                     "--plot", tmp_path / "credit.png", "-o", tmp_path / "turns.jsonl")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["groups"] == {"count": 3, "by": {"task.key": 3}, "sizes": {"3": 1, "4": 2}, "singleton": 0}
+    assert report["counts"] | {"episodes": 12, "trajectories": 11, "errored": 1} == report["counts"]
+    assert (tmp_path / "credit.png").stat().st_size > 20_000
+
+    # The library on the same episodes: score_group per task, with each config.
+    rows = read_rows(tmp_path / "turns.jsonl")
+    for name, estimator in (("advantage", get_estimator("stepwise")),
+                            ("compare_advantage", get_estimator("stepwise", baseline="per_turn"))):
+        expected = {}
+        for group in library_groups(episodes).values():
+            for episode, values in zip(group, score_group(group, estimator)):
+                expected.update(((episode.id, t), v) for t, v in enumerate(values))
+        assert {(r["episode"], r["turn"]): r[name] for r in rows} == expected
+    assert max(r["turns"] for r in rows) == 3 and len({r["reward"] for r in rows}) > 3
+    groups = [[e.traces[0].info["turn_rewards"] for e in g if e.ok] for g in library_groups(episodes).values()]
+    assert_rows_close(report["estimators"][0]["turns"], per_turn_reference(groups, get_estimator("stepwise")))
+
+
 
 
 def console(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -489,25 +540,21 @@ def console(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "200"})
 
 
-def test_console_script_on_a_generated_large_file(tmp_path):
+def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    stats = write_large_traces(traces, target_bytes=12_000_000, rollouts=8, interleave=16, max_turns=5)
-    result = console("advantages", traces, "--progress", "--gammas", "0,0.4,1", "--compare", ":baseline=per_turn",
-                     "--plot", tmp_path / "credit.png")
+    stats = write_large_traces(traces, target_bytes=6_000_000, rollouts=8, interleave=16, max_turns=5)
+    broken, _ = broken_file(tmp_path / "broken")
+    result = console("advantages", traces, broken, "--skip-bad", "--progress", "--gammas", "0,0.4,1",
+                     "--compare", ":baseline=per_turn", "--plot", tmp_path / "credit.png")
     assert result.returncode == 0, result.stderr
     assert "reading traces" in result.stderr and "MB" in result.stderr   # --progress forces the bar
-    assert f"{stats['episodes']:,} episodes" in result.stdout
-    assert f"scored {stats['episodes']:,} trajectories, {stats['turns']:,} turns" in result.stdout
+    assert f"{stats['episodes'] + 9:,} episodes" in result.stdout
+    assert f"scored {stats['episodes'] + 5:,} trajectories" in result.stdout
+    assert f"{broken}:2: not valid JSON" in result.stdout
+    assert "skipped 2 malformed lines, 1 duplicate episodes" in result.stdout
     assert "gamma sweep" in result.stdout and (tmp_path / "credit.png").stat().st_size > 20_000
     rows = read_rows(tmp_path / "traces.advantages.jsonl")
-    assert len(rows) == stats["turns"]
+    large = [r for r in rows if r["file"] == str(traces)]
+    assert len(large) == stats["turns"]
     full_blocks, rest = divmod(stats["episodes"], 16 * 8)  # 16 tasks interleaved, 8 rollouts each
-    assert len({r["group_id"] for r in rows}) == 16 * full_blocks + min(16, rest)
-
-
-def test_console_script_on_a_broken_file_exits_2_naming_the_line(tmp_path):
-    path, _ = broken_file(tmp_path)
-    result = console("advantages", path)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith(f"error: {path}:2: not valid JSON")
-    assert not (tmp_path / "traces.advantages.jsonl").exists()
+    assert len({r["group_id"] for r in large}) == 16 * full_blocks + min(16, rest)

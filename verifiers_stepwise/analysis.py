@@ -23,7 +23,15 @@ from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.ragged import RaggedBatch
 from verifiers_stepwise.returns import ragged_discounted_returns
 
-__all__ = ["Credit", "TurnStats", "credit", "describe", "returns_setting", "turn_stats", "with_gamma"]
+__all__ = [
+    "Credit",
+    "TurnStats",
+    "credit",
+    "describe",
+    "returns_setting",
+    "turn_stats",
+    "with_gamma",
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,10 @@ class TurnStats:
         """One dict per turn index, plain Python numbers."""
         names = [f.name for f in fields(self)]
         columns = [getattr(self, name).tolist() for name in names]
-        return [{"turn": t, **{n: c[t] for n, c in zip(names, columns)}} for t in range(self.count.size)]
+        return [
+            {"turn": t, **{name: column[t] for name, column in zip(names, columns)}}
+            for t in range(self.count.size)
+        ]
 
 
 def describe(name: str, estimator: Estimator) -> str:

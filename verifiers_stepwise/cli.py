@@ -184,7 +184,8 @@ def _list(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for entry in estimators:
         if "error" in entry:
-            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]", "", "", "", "")
+            failed = f"[red]failed to load: {entry['error']}[/]"
+            table.add_row(entry["name"], failed, "", "", "", "")
             continue
         for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "",
                                                    "description": ""}]):
@@ -212,24 +213,35 @@ def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.config_flags import config_values
     from verifiers_stepwise.estimators import ConfigError
 
+    from verifiers_stepwise.analysis import credit, describe, with_gamma
+
     paths = [_traces_file(p) for p in args.traces]
+    # Every setting is checked before the (possibly long) read.
     try:
-        main_estimator = _estimator_class(args.estimator)(
-            **config_values(args)
-        )
+        main_estimator = _estimator_class(args.estimator)(**config_values(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
-        gammas = _gammas(args.gammas) if args.gammas else []
     except ConfigError as e:
         raise CommandError(str(e)) from None
+    try:
+        sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
+    except ValueError as e:  # ConfigError included
+        raise CommandError(f"--gammas: {e}") from None
 
-    from verifiers_stepwise.analysis import credit, describe, with_gamma
+    from verifiers_stepwise.ragged import RewardError
     from verifiers_stepwise.report import render, summary, write_turn_rows
     from verifiers_stepwise.tracefile import BadInput
+
+    output = None
+    if not args.no_output:
+        output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
+        if any(output.resolve() == p.resolve() for p in paths):
+            raise CommandError(f"{output}: the per-turn output would overwrite an input file")
 
     try:
         collected = _read(paths, args)
     except BadInput as e:
-        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
+        hint = "(--skip-bad skips bad lines and traces and counts them)"
+        raise CommandError(f"{e}\n{hint}") from None
     if not collected.lengths:
         skipped = sum(collected.skipped.values())
         raise CommandError(
@@ -238,34 +250,25 @@ def _advantages(args: argparse.Namespace) -> int:
         )
     grouped = collected.grouped()
     batch = grouped.batch
-    credits = [credit(describe(args.estimator, main_estimator), main_estimator, batch)]
-    if compare is not None:
-        credits.append(credit(describe(*compare), compare[1], batch))
-    try:
-        sweep = [
-            credit(describe(args.estimator, e), e, batch)
-            for e in (with_gamma(main_estimator, g) for g in gammas)
-        ]
-    except (ConfigError, ValueError) as e:
-        raise CommandError(f"--gammas: {e}") from None
+    try:  # e.g. returns that overflow float64
+        credits = [credit(describe(args.estimator, main_estimator), main_estimator, batch)]
+        if compare is not None:
+            credits.append(credit(describe(*compare), compare[1], batch))
+        sweep = [credit(describe(args.estimator, e), e, batch) for e in sweep_estimators]
+    except RewardError as e:
+        raise CommandError(str(e)) from None
 
-    output = None
-    if not args.no_output:
-        output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
+    if output is not None:
         write_turn_rows(output, collected, grouped, credits)
     if args.plot is not None:
         from verifiers_stepwise.plot import plot_credit
 
         plot_credit(args.plot, batch, credits)
-    report = summary(collected, grouped, credits, sweep, output)
-    if args.plot is not None:
-        report["plot"] = str(args.plot)
+    report = summary(collected, grouped, credits, sweep, output, args.plot)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         render(_console(), report)
-        if args.plot is not None:
-            _console().print(f"plot: {args.plot}", highlight=False)
     return 0
 
 
@@ -298,7 +301,7 @@ def _gammas(text: str) -> list[float]:
     try:
         return [float(g) for g in text.split(",") if g.strip()]
     except ValueError:
-        raise CommandError(f"--gammas: expected numbers separated by commas, got {text!r}") from None
+        raise ValueError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 def _read(paths: list[Path], args: argparse.Namespace) -> Any:

@@ -34,6 +34,7 @@ def summary(
     credits: list[Credit],
     sweep: list[Credit],
     output: Path | None,
+    plot: Path | None = None,
 ) -> dict[str, Any]:
     """Everything the command reports, as plain JSON-able values."""
     batch = grouped.batch
@@ -72,6 +73,7 @@ def summary(
         "estimators": [config_summary(credit) for credit in credits],
         "sweep": [config_summary(credit) for credit in sweep],
         "output": str(output) if output is not None else None,
+        "plot": str(plot) if plot is not None else None,
     }
 
 
@@ -92,14 +94,17 @@ def render(console: Any, report: dict[str, Any]) -> None:
         f" in {groups['count']:,} groups (by {by or '-'}; sizes {sizes or '-'})"
     )
     if groups["singleton"]:
-        console.print(f"  {groups['singleton']:,} singleton groups: nothing to compare, advantage 0")
-    excluded = [
-        f"{counts['not_trainable']:,} traces of untrainable agents" if counts["not_trainable"] else "",
-        f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)"
-        if counts["errored"] else "",
-    ]
-    if any(excluded):
-        console.print("  " + "; ".join(e for e in excluded if e))
+        singleton = groups["singleton"]
+        console.print(f"  {singleton:,} singleton groups: nothing to compare, advantage 0")
+    excluded = []
+    if counts["not_trainable"]:
+        excluded.append(f"{counts['not_trainable']:,} traces of untrainable agents")
+    if counts["errored"]:
+        excluded.append(
+            f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)"
+        )
+    if excluded:
+        console.print("  " + "; ".join(excluded))
     skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report["skipped"].items() if n]
     if skipped:
         console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
@@ -156,6 +161,8 @@ def render(console: Any, report: dict[str, Any]) -> None:
         console.print(table)
     if report["output"]:
         console.print(f"per-turn results: {report['output']}", highlight=False)
+    if report["plot"]:
+        console.print(f"plot: {report['plot']}", highlight=False)
 
 
 def number(value: float, sign: str = "") -> str:

@@ -31,8 +31,9 @@ task (key, else hash): a group that mixes tasks is bad input.
 Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
 no group identity, a mixed group, a trace without ``info["turn_rewards"]``, or a trace whose
 turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts that disagree with
-its nodes, a reward that is not a finite number) or empty. It raises :class:`BadInput`, or with ``skip_bad`` is skipped and counted by kind
-(a bad line or episode skips that episode, a bad trace only that trace). Every line and trace
+its nodes, a reward that is not a finite number) or empty. It raises :class:`BadInput`, or
+with ``skip_bad`` is skipped and counted by kind (a bad line or episode skips that episode, a
+bad trace only that trace). Every line and trace
 is accounted for: scored, excluded (untrainable or errored) or skipped.
 """
 
@@ -50,7 +51,16 @@ if TYPE_CHECKING:
 
     from verifiers_stepwise.ragged import RaggedBatch
 
-__all__ = ["BadInput", "Collected", "GroupKey", "Grouped", "Problem", "PROBLEMS", "Strings", "collect"]
+__all__ = [
+    "BadInput",
+    "Collected",
+    "GroupKey",
+    "Grouped",
+    "PROBLEMS",
+    "Problem",
+    "Strings",
+    "collect",
+]
 
 PROBLEMS: dict[str, str] = {
     "malformed": "malformed lines",
@@ -242,7 +252,8 @@ class _Reader:
         if first != here:
             self.out.counts["traces"] += len(episode.traces)
             first_where = f"{self.out.files[first >> _LINE_BITS]}:{first & _LINE_MASK}"
-            self.problem("duplicate", where, f"episode {episode.id!r} was already read at {first_where}")
+            message = f"episode {episode.id!r} was already read at {first_where}"
+            self.problem("duplicate", where, message)
             return
         task_group = self.task_group(episode, where)
         if task_group is None:

@@ -61,7 +61,8 @@ def make_episode(
     builder = TraceBuilder(prompt=f"Solve task {task}.", tokens=tokens)
     for t, reward in enumerate(turn_rewards):
         if t:
-            builder.add(vf.UserMessage(content=f"Turn {t - 1} scored {turn_rewards[t - 1]}. Again."))
+            feedback = f"Turn {t - 1} scored {turn_rewards[t - 1]}. Again."
+            builder.add(vf.UserMessage(content=feedback))
         nodes = []
         for c in range(calls_per_turn - 1):
             call = vf.ToolCall(id=f"call-{t}-{c}", name="run", arguments="{}")
@@ -150,7 +151,8 @@ def write_large_traces(
             n_turns = rng.randint(1, max_turns)
             skill = rng.random()
             rewards = [
-                min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4) for t in range(n_turns)
+                min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4)
+                for t in range(n_turns)
             ]
             line = (
                 templates[n_turns - 1]
