@@ -11,7 +11,9 @@ directory, deleted afterwards, and a small file (--small-mb) of the same kind. T
 
 Prints MB/s of both and their ratio, and the peak RSS of both runs with their ratio: bounded
 memory means the large run's peak grows by the per-trajectory numbers held (see
-``verifiers_stepwise.tracefile``), not by the file's size.
+``verifiers_stepwise.tracefile``), not by the file's size. Rates are per CPU second (user +
+system) as well as per wall-clock second: on a shared machine the CPU rates are the ones to
+compare; the small run's cost (mostly importing verifiers) is subtracted for the steady rate.
 
     python benchmarks/vf_stepwise.py [--size-mb 1024] [--small-mb 16] [--tokens]
 """
@@ -36,14 +38,14 @@ import json, resource, subprocess, sys, time
 start = time.perf_counter()
 done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)
 seconds = time.perf_counter() - start
-peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"rc": done.returncode, "seconds": seconds, "peak_mib": peak_kib / 1024,
-                  "stdout": done.stdout.decode()}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": done.returncode, "seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime,
+                  "peak_mib": usage.ru_maxrss / 1024, "stdout": done.stdout.decode()}))
 """
 
 
 def measure(*args: object) -> dict:
-    """Run a command in a fresh parent process: wall time and the command's own peak RSS."""
+    """Run a command in a fresh parent process: its wall and CPU time and its peak RSS."""
     out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, args)], capture_output=True, text=True,
                          check=True)
     result = json.loads(out.stdout)
@@ -52,20 +54,20 @@ def measure(*args: object) -> dict:
     return result
 
 
-def reference_throughput(path: Path, megabytes: float) -> float:
-    """MB/s of WireEpisode.model_validate_json alone, over the first ``megabytes`` of ``path``."""
+def reference_throughput(path: Path, megabytes: float) -> tuple[float, float]:
+    """(wall, CPU) MB/s of WireEpisode.model_validate_json alone, on the first ``megabytes``."""
     import verifiers.v1 as vf
 
     limit = megabytes * 1e6
     read = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with path.open("rb") as f:
         for line in f:
             vf.WireEpisode.model_validate_json(line)
             read += len(line)
             if read >= limit:
                 break
-    return read / 1e6 / (time.perf_counter() - start)
+    return read / 1e6 / (time.perf_counter() - start), read / 1e6 / (time.process_time() - cpu)
 
 
 def main() -> None:
@@ -95,20 +97,23 @@ def main() -> None:
             path.unlink()
 
     small, large = runs["small"], runs["large"]
-    throughput = large["bytes"] / 1e6 / large["seconds"]
-    # The small run's time is mostly startup (importing verifiers): the difference is the rate.
-    marginal = (large["bytes"] - small["bytes"]) / 1e6 / (large["seconds"] - small["seconds"])
-    print(f"\nreference, WireEpisode.model_validate_json alone: {reference:7.1f} MB/s")
-    print(f"vf-stepwise advantages, {large['bytes'] / 1e6:,.0f} MB file:   {throughput:7.1f} MB/s "
-          f"({large['seconds']:.0f} s, startup included; {small['seconds']:.0f} s on the small file)")
-    print(f"  without startup (large - small):              {marginal:7.1f} MB/s "
-          f"= {marginal / reference:.2f} x reference")
+    megabytes = large["bytes"] / 1e6
+    extra = (large["bytes"] - small["bytes"]) / 1e6
+    print(f"\n{'MB/s':>52} {'wall':>7} {'CPU':>7}")
+    print(f"{'reference, WireEpisode.model_validate_json alone':<52} "
+          f"{reference[0]:7.1f} {reference[1]:7.1f}")
+    print(f"{f'vf-stepwise advantages, {megabytes:,.0f} MB, startup included':<52} "
+          f"{megabytes / large['seconds']:7.1f} {megabytes / large['cpu']:7.1f}")
+    steady = (extra / (large["seconds"] - small["seconds"]), extra / (large["cpu"] - small["cpu"]))
+    print(f"{'  without startup (large run - small run)':<52} {steady[0]:7.1f} {steady[1]:7.1f}"
+          f"   = {steady[0] / reference[0]:.2f} / {steady[1] / reference[1]:.2f} x reference")
+    print(f"times: {large['seconds']:.0f} s wall, {large['cpu']:.0f} s CPU on the large file; "
+          f"{small['seconds']:.0f} s, {small['cpu']:.0f} s on the small one")
     print(f"peak RSS: {small['peak_mib']:.0f} MiB on {small['bytes'] / 1e6:.0f} MB, "
-          f"{large['peak_mib']:.0f} MiB on {large['bytes'] / 1e6:,.0f} MB "
-          f"(x{large['peak_mib'] / small['peak_mib']:.2f} for x{large['bytes'] / small['bytes']:.0f} the bytes; "
-          f"{(large['peak_mib'] - small['peak_mib']) * 2**20 / (large['episodes'] - small['episodes']):.0f} "
-          f"bytes per extra episode)")
-
+          f"{large['peak_mib']:.0f} MiB on {megabytes:,.0f} MB "
+          f"(x{large['peak_mib'] / small['peak_mib']:.2f} for x{large['bytes'] / small['bytes']:.0f} "
+          f"the bytes; {(large['peak_mib'] - small['peak_mib']) * 2**20 / (large['episodes'] - small['episodes']):.0f}"
+          f" bytes per extra episode)")
 
 if __name__ == "__main__":
     main()

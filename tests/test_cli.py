@@ -472,6 +472,8 @@ def test_a_third_party_estimator_gets_its_own_flags(tmp_path, capsys, monkeypatc
     assert json.loads(out)["estimators"][0]["config"] == {"scale": "std", "eps": 1e-6, "factor": 3.0, "power": 2,
                                                          "plot": True}
     assert [r["advantage"] for r in read_rows(tmp_path / "rows.jsonl")] == [100.75, 103.0, 100.1875]
+    code, _, err = run(capsys, "advantages", traces, "--estimator", "scaled", "--factor", "nan", "--no-output")
+    assert code == 2 and "advantage nan of group 0, trajectory 0, turn 0 is not finite" in err
 
 
 def test_help_loads_no_heavy_module():

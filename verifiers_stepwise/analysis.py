@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.ragged import RaggedBatch
+from verifiers_stepwise.ragged import RaggedBatch, RewardError
 from verifiers_stepwise.returns import ragged_discounted_returns
 
 __all__ = [
@@ -89,14 +89,32 @@ def returns_setting(estimator: Estimator) -> tuple[float, str]:
 
 
 def credit(label: str, estimator: Estimator, batch: RaggedBatch) -> Credit:
+    """Returns and advantages of ``estimator`` on ``batch``.
+
+    Raises RewardError when returns overflow, or when the estimator (possibly a third-party
+    one) gives anything but one finite advantage per turn, naming where.
+    """
     gamma, aggregation = returns_setting(estimator)
+    advantages = np.asarray(estimator.batched(batch), dtype=np.float64)
+    if advantages.shape != (batch.n_turns,):
+        raise RewardError(
+            f"{label}: batched() returned shape {advantages.shape}, expected ({batch.n_turns},)"
+        )
+    finite = np.isfinite(advantages)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        g, j, t = RaggedBatch.locate(i, batch.lengths, batch.group_sizes)
+        raise RewardError(
+            f"{label}: advantage {float(advantages[i])!r} of group {g}, trajectory {j}, turn {t} "
+            f"is not finite"
+        )
     return Credit(
         label=label,
         estimator=estimator,
         gamma=gamma,
         aggregation=aggregation,
         returns=ragged_discounted_returns(batch, gamma, aggregation),  # type: ignore[arg-type]
-        advantages=np.asarray(estimator.batched(batch), dtype=np.float64),
+        advantages=advantages,
     )
 
 

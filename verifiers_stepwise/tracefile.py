@@ -33,8 +33,8 @@ no group identity, a mixed group, a trace without ``info["turn_rewards"]``, or a
 turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts that disagree with
 its nodes, a reward that is not a finite number) or empty. It raises :class:`BadInput`, or
 with ``skip_bad`` is skipped and counted by kind (a bad line or episode skips that episode, a
-bad trace only that trace). Every line and trace
-is accounted for: scored, excluded (untrainable or errored) or skipped.
+bad trace only that trace). Every line and trace is accounted for: scored, excluded
+(untrainable or errored) or skipped.
 """
 
 from __future__ import annotations
@@ -205,17 +205,25 @@ def collect(
 
 class _Reader:
     def __init__(self, skip_bad: bool) -> None:
+        from verifiers_stepwise.credit import _error as excluded_because
+        from verifiers_stepwise.turns import read_turns
+
+        self.read_turns = read_turns
+        self.excluded_because = excluded_because
         self.skip_bad = skip_bad
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
         self.agent_index: dict[str, int] = {}
-        self.group_task: dict[GroupKey, tuple[str | None, str]] = {}
+        self.group_task: dict[GroupKey, tuple[str | None, int]] = {}
         self.seen_episodes: dict[str, int] = {}
-        """episode id -> its file index and line packed in one int (a str per episode would
-        be the largest thing held)."""
+        """episode id -> where it was read. A place in the input ("here") is one int, the file
+        index and the line number packed (a str per episode would be the most memory held)."""
 
-    def problem(self, kind: str, where: str, message: str) -> None:
-        problem = Problem(kind, where, message)
+    def where(self, here: int) -> str:
+        return f"{self.out.files[here >> _LINE_BITS]}:{here & _LINE_MASK}"
+
+    def problem(self, kind: str, here: int, message: str) -> None:
+        problem = Problem(kind, self.where(here), message)
         if not self.skip_bad:
             raise BadInput(problem)
         self.out.skipped[kind] += 1
@@ -234,35 +242,33 @@ class _Reader:
                 if progress is not None:
                     progress(len(line))
                 out.counts["lines"] += 1
-                if not line.strip():
+                if line.isspace():
                     out.counts["blank_lines"] += 1
                     continue
-                where = f"{path}:{number}"
+                here = file_index << _LINE_BITS | number
                 try:
                     episode = vf.WireEpisode.model_validate_json(line)
                 except ValidationError as e:
-                    self.problem("malformed", where, _describe(e))
+                    self.problem("malformed", here, _describe(e))
                     continue
                 out.counts["episodes"] += 1
-                self.episode(episode, where, file_index, number)
+                self.episode(episode, here)
 
-    def episode(self, episode: Any, where: str, file_index: int, number: int) -> None:
-        here = file_index << _LINE_BITS | number
+    def episode(self, episode: Any, here: int) -> None:
         first = self.seen_episodes.setdefault(episode.id, here)
         if first != here:
             self.out.counts["traces"] += len(episode.traces)
-            first_where = f"{self.out.files[first >> _LINE_BITS]}:{first & _LINE_MASK}"
-            message = f"episode {episode.id!r} was already read at {first_where}"
-            self.problem("duplicate", where, message)
+            message = f"episode {episode.id!r} was already read at {self.where(first)}"
+            self.problem("duplicate", here, message)
             return
-        task_group = self.task_group(episode, where)
-        if task_group is None:
+        key = self.task_group(episode, here)
+        if key is None:
             self.out.counts["traces"] += len(episode.traces)
             return
-        for position, trace in enumerate(episode.traces):
-            self.trace(episode, position, task_group, where, file_index, number)
+        for position in range(len(episode.traces)):
+            self.trace(episode, position, key, here)
 
-    def task_group(self, episode: Any, where: str) -> GroupKey | None:
+    def task_group(self, episode: Any, here: int) -> GroupKey | None:
         """The episode's group, or None after reporting why it has none."""
         run = episode.run.id if episode.run is not None else ""
         env = episode.env.id
@@ -274,30 +280,27 @@ class _Reader:
                 return GroupKey(run, env, "task.hash", episode.task.hash)
             self.problem(
                 "no_group",
-                where,
+                here,
                 "episode has no group.id and its task has no key or hash, so it cannot be grouped",
             )
             return None
         if not episode.group.id:
-            self.problem("no_group", where, "episode.group.id is empty")
+            self.problem("no_group", here, "episode.group.id is empty")
             return None
         key = GroupKey(run, env, "group.id", episode.group.id)
-        first_task, first_where = self.group_task.setdefault(key, (task, where))
+        first_task, first_here = self.group_task.setdefault(key, (task, here))
         if first_task != task:
             self.problem(
                 "mixed_group",
-                where,
+                here,
                 f"group {episode.group.id!r} mixes tasks: task {task!r} here, "
-                f"{first_task!r} at {first_where}",
+                f"{first_task!r} at {self.where(first_here)}",
             )
             return None
         return key
 
-    def trace(
-        self, episode: Any, position: int, key: GroupKey, where: str, file_index: int, number: int
-    ) -> None:
-        from verifiers_stepwise.credit import _error as excluded_because
-        from verifiers_stepwise.turns import TurnSchemaError, read_turns
+    def trace(self, episode: Any, position: int, key: GroupKey, here: int) -> None:
+        from verifiers_stepwise.turns import TurnSchemaError
 
         out = self.out
         trace = episode.traces[position]
@@ -305,40 +308,40 @@ class _Reader:
         if not trace.agent.trainable:
             out.counts["not_trainable"] += 1
             return
-        if excluded_because(episode, trace) is not None:
+        if self.excluded_because(episode, trace) is not None:
             out.counts["errored"] += 1
             return
-        name = f"trace {position} (agent {trace.agent.name!r})"
         try:
-            turns = read_turns(trace)
+            turns = self.read_turns(trace)
+            if turns is None:
+                message = "has no info['turn_rewards'] (was it made by a stepwise environment?)"
+                self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
+                return
+            if not turns.rewards:
+                raise TurnSchemaError("info['turn_rewards'] is empty")
         except TurnSchemaError as e:
-            self.problem("bad_turns", where, f"{name}: {e}")
-            return
-        if turns is None:
-            self.problem(
-                "no_turn_rewards",
-                where,
-                f"{name} has no info['turn_rewards'] (was it produced by a stepwise environment?)",
-            )
-            return
-        if not turns.rewards:
-            self.problem("bad_turns", where, f"{name}: info['turn_rewards'] is empty")
+            self.problem("bad_turns", here, f"{_name(trace, position)}: {e}")
             return
         group = self.group_index.setdefault(key, len(self.group_index))
         if group == len(out.groups):
             out.groups.append(key)
-        out.rewards.extend(float(r) for r in turns.rewards)
+        agent = self.agent_index.setdefault(trace.agent.name, len(self.agent_index))
+        if agent == len(out.agents):
+            out.agents.append(trace.agent.name)
+        out.rewards.extend(turns.rewards)
         out.tokens.extend(sum(sum(trace.nodes[i].mask) for i in nodes) for nodes in turns.nodes)
         out.lengths.append(len(turns.rewards))
         out.group.append(group)
-        out.file.append(file_index)
-        out.line.append(number)
-        out.agent.append(self.agent_index.setdefault(trace.agent.name, len(self.agent_index)))
-        if len(out.agents) < len(self.agent_index):
-            out.agents.append(trace.agent.name)
+        out.file.append(here >> _LINE_BITS)
+        out.line.append(here & _LINE_MASK)
+        out.agent.append(agent)
         out.episode_ids.append(episode.id)
         out.trace_ids.append(trace.id)
         out.counts["trajectories"] += 1
+
+
+def _name(trace: Any, position: int) -> str:
+    return f"trace {position} (agent {trace.agent.name!r})"
 
 
 def _describe(error: Any) -> str:
