@@ -431,9 +431,10 @@ def test_list_shows_estimators_with_fields_and_defaults(capsys):
     assert fields["gamma"]["default"] == 0.4 and fields["gamma"]["type"] == "float"
     assert fields["baseline"]["type"] == "pooled|per_turn|leave_one_out|trajectory"
     assert "Discount" in fields["gamma"]["description"]
-    assert isinstance(listing["environments"], dict)
+    assert listing["environments"]["stepwise-refine"] == "stepwise_refine"  # the bundled env
     code, out, _ = run(capsys, "list")
     assert "stepwise" in out and "grpo" in out and "gamma" in out and "0.4" in out
+    assert "stepwise-refine" in out
 
 
 THIRD_PARTY = """

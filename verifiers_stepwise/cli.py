@@ -83,6 +83,10 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="per-turn returns and advantages of traces.jsonl files",
         description="Group the episodes of traces.jsonl files by task, compute per-turn "
         "returns and advantages with an estimator, and summarise them per turn index.",
+        epilog="Groups: episode.group.id when set, else episode.task.key, else "
+        "episode.task.hash (exact strings), within one run and env; a group's trajectories "
+        "are its trainable, error-free traces, as score_group scores them. Bad input stops "
+        "with FILE:LINE and exit status 2 unless --skip-bad.",
         allow_abbrev=False,
     )
     adv.add_argument("traces", nargs="+", type=Path, metavar="TRACES",
@@ -193,9 +197,8 @@ def _list(args: argparse.Namespace) -> int:
                           f["name"], f["type"], repr(f["default"]) if f["name"] else "",
                           f["description"])
     console.print(table)
-    envs = Table(title="environment bundles (verifiers.environments): vf-eval ID",
-                 title_justify="left")
-    envs.add_column("env id")
+    envs = Table(title="environment bundles (verifiers.environments)", title_justify="left")
+    envs.add_column("vf-eval ID")
     envs.add_column("module")
     for env_id, module in environments.items():
         envs.add_row(env_id, module)
