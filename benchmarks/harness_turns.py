@@ -26,7 +26,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import verifiers.v1 as vf
 
 from verifiers_stepwise.env import Turn, TurnResult
 from verifiers_stepwise.refine import RefineConfig, RefineEnv
+from verifiers_stepwise.testing.server import spawned
 
 TURNS = 4
 KEY_VAR = "STEPWISE_BENCH_API_KEY"
@@ -116,19 +116,9 @@ def main() -> None:
         raise SystemExit("the null harness needs uv: pip install -e '.[bench]' (or pip install uv)")
     os.environ[KEY_VAR] = "sk-local"
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "verifiers_stepwise.testing.server", "--reply", "0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        base_url = server.stdout.readline().strip()
+    with spawned("0") as base_url:
         fast = asyncio.run(measure("stepwise-chat", base_url, args.episodes))
         null = asyncio.run(measure("null", base_url, args.null_episodes))
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
     ratio_turn = null["turn_median_ms"] / fast["turn_median_ms"]
     ratio_episode = null["episode_median_s"] / fast["episode_median_s"]
     print(f"{'harness':<14} {'turn median':>12} {'turn min..max':>18} {'episode median':>15} {'episode/turn':>13} {'warm-up':>9}")

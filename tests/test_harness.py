@@ -12,7 +12,7 @@ from verifiers.v1.session import RolloutSession
 from verifiers.v1.utils.loaders import harness_class, harness_config_type
 
 from verifiers_stepwise import harness as harness_module
-from verifiers_stepwise.harness import ChatSession, StepwiseChatConfig, StepwiseChatHarness, strip_think
+from verifiers_stepwise.harness import ChatSession, ModelCallError, StepwiseChatConfig, StepwiseChatHarness, strip_think
 from verifiers_stepwise.testing.server import ModelServer, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.tools import Calculator, CalculatorState
 
@@ -284,3 +284,25 @@ async def test_request_timeout_bounds_a_model_call():
         trace = await agent(local, harness={"request_timeout": 0.5, "max_retries": 0}).run(task("Hang"))
     assert not trace.ok and trace.stop_condition == "harness_error"
     assert "ReadTimeout" in trace.errors[-1].message
+
+
+@pytest.mark.parametrize(
+    ("fault", "stream", "message"),
+    [
+        ("empty", True, r"the model stream ended before data: \[DONE\]"),
+        ("malformed_json", False, "malformed completion from the interception endpoint"),
+        ("http_500", True, "scripted fault: internal server error"),
+    ],
+)
+async def test_broken_answers_from_the_endpoint_raise_after_the_retries(fault, stream, message):
+    """Straight against the model server, without an interception in between."""
+    data = vf.TaskData(prompt=f"fault {fault}")
+    ctx = vf.ModelContext(model="m", client=vf.EvalClientConfig())
+    trace = vf.Trace(task=vf.TraceTask(type="Task", data=data), agent=vf.AgentInfo(config=vf.AgentConfig()))
+    harness = StepwiseChatHarness(StepwiseChatConfig(stream=stream, max_retries=1, retry_backoff=0.0))
+    with ModelServer(scripted({"fault": [Reply(fault=fault)]})) as local:
+        session = await harness.session(ctx, trace, None, local.base_url, "secret", {}, data)
+        with pytest.raises(ModelCallError, match=message):
+            await session._run(None)
+        await session.close()
+        assert len(local.chat_requests) == 2  # the first try and one retry

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import httpx
 import openai
 import pytest
 
-from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted, spawned
 
 SCRIPT = scripted(
     {
@@ -161,18 +159,8 @@ def _not_json(text: str) -> bool:
 
 
 def test_runs_as_its_own_process_until_stdin_closes():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "verifiers_stepwise.testing.server", "--reply", "hello there"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        base_url = process.stdout.readline().strip()
+    with spawned("hello there") as base_url:
         assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
         body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
         reply = httpx.post(f"{base_url}/chat/completions", json=body).json()
         assert reply["choices"][0]["message"]["content"] == "hello there"
-    finally:
-        process.stdin.close()
-        assert process.wait(timeout=30) == 0

@@ -13,9 +13,9 @@ included) gives exactly 0.
 
 Sums are exact, hence independent of the order of the segment's values: each segment is scaled
 by a power of two so its largest magnitude is just below 2^B, B = 62 − bit_length(n); values
-are rounded to integers and added in int64, which cannot round or overflow. The one rounding
-per value is at most 2^−(B+1) of the segment's largest magnitude: no coarser than float64's
-own spacing there for segments of up to 512 values. Shuffling trajectories therefore shuffles
+are truncated to integers and added in int64, which cannot round or overflow. The one
+truncation per value is below 2^−B of the segment's largest magnitude: about float64's own
+spacing there for segments of up to 512 values. Shuffling trajectories therefore shuffles
 advantages bit-for-bit, and no segment's result depends on another segment. Working in these
 scaled units also keeps squares of huge rewards finite.
 """
@@ -43,8 +43,8 @@ def _unit_exponent(magnitude: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _exact_sums(z: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """(n_seg,) Σ round(z) per segment, |z| < 2^B so every partial sum is an exact int64."""
-    return np.add.reduceat(np.rint(z).astype(np.int64), starts).astype(np.float64)
+    """(n_seg,) Σ trunc(z) per segment, |z| < 2^B so every partial sum is an exact int64."""
+    return np.add.reduceat(z.astype(np.int64), starts).astype(np.float64)
 
 
 def center(

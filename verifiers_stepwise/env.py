@@ -13,11 +13,10 @@ and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn
 Subclasses write only ``env_response``.
 
 The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
-runtime: that harness executes nothing, so the runtime only provides a working directory (and
-hosts the task's MCP tool servers on this machine). Tasks whose tools execute code should pick an
-isolating runtime (``--env.agent.runtime.type docker``). Any harness that can resume an exchange
-works (``--env.agent.harness.id null``), except with ``exclude_think``, which needs a harness that
-rebuilds each turn's context.
+runtime: that harness executes nothing itself, so the runtime only provides a working directory
+for task setup. Tools that execute code belong in the task's toolsets, sandboxed by their own
+runtime. Any harness that can resume an exchange works (``--env.agent.harness.id null``), except
+with ``exclude_think``, which needs a harness that rebuilds each turn's context.
 
 Checked against verifiers 0.4.0 (``verifiers/v1/env.py``, ``agent.py``, ``configs/env.py``).
 """

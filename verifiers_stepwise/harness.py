@@ -38,6 +38,7 @@ import certifi
 import httpx
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1 import graph
 from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.harnesses.utils.compaction import bound_tool_message
@@ -126,11 +127,8 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """One segment on the task's own prompt, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
-        try:
-            return await session._run(None)
-        finally:
-            await session.close()
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(None, *args)
 
     async def resume(
         self,
@@ -145,7 +143,11 @@ class StepwiseChatHarness(vf.Harness[StepwiseChatConfig]):
         tool_interception_url: str | None = None,
     ) -> vf.ProgramResult:
         """The next segment: the trace's current branch plus ``messages``, in a session of its own."""
-        session = await self.session(ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        args = (ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url)
+        return await self._segment(messages, *args)
+
+    async def _segment(self, messages: vf.Messages | None, *args: Any) -> vf.ProgramResult:
+        session = await self.session(*args)
         try:
             return await session._run(messages)
         finally:
@@ -213,8 +215,8 @@ class ChatSession(vf.HarnessSession):
             if system:
                 context.insert(0, vf.SystemMessage(content=system))
         else:
-            branches = self.trace.branches
-            context = list(branches[-1].messages) if branches else []
+            leaves = graph.leaves(self.trace)  # the current branch ends at the newest leaf
+            context = graph.path(self.trace, leaves[-1]) if leaves else []
             if not context and system:
                 context.append(vf.SystemMessage(content=system))
             if self.config.exclude_think:
@@ -264,42 +266,37 @@ class ChatSession(vf.HarnessSession):
             async for line in response.aiter_lines():
                 if line:
                     event.append(line)
-                    continue
-                raw = "\n".join(event).encode()
-                event.clear()
-                if is_sse_done_event(raw):
+                elif _feed(parser, event):
                     return parser.finish()
-                if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
-                    raise ModelCallError(_error_text(json.dumps(chunk).encode()))
-                parser.feed(raw)
+            if _feed(parser, event):  # a last event without its closing blank line
+                return parser.finish()
         raise ModelCallError("the model stream ended before data: [DONE]")
 
     async def _tool_result(self, call: vf.ToolCall) -> dict:
         """The tool message answering ``call``: the gate's verdict when it denies the call, else
         the MCP server's result (or an error text the model can act on)."""
-        if self.tool_interception_url:
-            verdict = await self._gate(call)
-            if verdict["action"] == "deny":
-                return bound_tool_message(verdict["message"])
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as error:
-            content: Any = f"error: invalid JSON in tool arguments ({error}); resend the call with valid JSON"
-        else:
-            if not isinstance(arguments, dict):
-                content = f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
-            elif call.name in self._dispatch:
-                content = await call_mcp(self._servers, self._dispatch, call.name, arguments)
-            else:
-                content = f"error: unknown tool {call.name!r}"
-        return bound_tool_message({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
-
-    async def _gate(self, call: vf.ToolCall) -> dict:
-        """Ask the rollout's tool gate before running ``call`` (allow, deny or stop)."""
         try:
             arguments: Any = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
+            problem = None if isinstance(arguments, dict) else (
+                f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
+            )
+        except json.JSONDecodeError as error:
             arguments = call.arguments
+            problem = f"error: invalid JSON in tool arguments ({error}); resend the call with valid JSON"
+        if self.tool_interception_url:
+            verdict = await self._gate(call, arguments)
+            if verdict["action"] == "deny":
+                return bound_tool_message(verdict["message"])
+        if problem is not None:
+            content: Any = problem
+        elif call.name in self._dispatch:
+            content = await call_mcp(self._servers, self._dispatch, call.name, arguments)
+        else:
+            content = f"error: unknown tool {call.name!r}"
+        return bound_tool_message({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+
+    async def _gate(self, call: vf.ToolCall, arguments: Any) -> dict:
+        """Ask the rollout's tool gate before running ``call`` (allow, deny or stop)."""
         response = await self._http.post(
             self.tool_interception_url,
             json={"tool_call_id": call.id, "name": call.name, "arguments": arguments},
@@ -310,6 +307,19 @@ class ChatSession(vf.HarnessSession):
         if verdict["action"] == "stop":
             raise ModelCallError(f"rollout stopped: {verdict['reason']}", 400)
         return verdict
+
+
+def _feed(parser: Any, lines: list[str]) -> bool:
+    """Hand one SSE event (its lines, cleared here) to the parser; True at ``data: [DONE]``.
+    An error event (the interception reports a failure after the stream began) raises."""
+    raw = "\n".join(lines).encode()
+    lines.clear()
+    if is_sse_done_event(raw):
+        return True
+    if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
+        raise ModelCallError(_error_text(json.dumps(chunk).encode()))
+    parser.feed(raw)
+    return False
 
 
 @functools.cache

@@ -26,24 +26,36 @@ As a separate process (benchmarks use this, so the server does not share their i
 
     python -m verifiers_stepwise.testing.server --reply "42"
 
-prints its base URL on the first line of stdout and serves until its stdin closes.
+prints its base URL on the first line of stdout and serves until its stdin closes;
+``with spawned("42") as base_url:`` runs it so from Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
 
-__all__ = ["ChatCall", "ModelServer", "PerRollout", "RecordedRequest", "Reply", "ToolCallReply", "scripted"]
+__all__ = [
+    "ChatCall",
+    "ModelServer",
+    "PerRollout",
+    "RecordedRequest",
+    "Reply",
+    "ToolCallReply",
+    "scripted",
+    "spawned",
+]
 
 Fault = Literal["http_500", "timeout", "malformed_json", "empty"]
 
@@ -387,6 +399,21 @@ def _text(content: Any) -> str:
 
 def _words(text: str) -> int:
     return len(text.split())
+
+
+@contextlib.contextmanager
+def spawned(reply: str) -> Iterator[str]:
+    """Run ``python -m verifiers_stepwise.testing.server --reply <reply>`` in its own process and
+    yield its base URL; the process ends when the block does."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", __name__, "--reply", reply], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.stdin.close()
+        if process.wait(timeout=30) != 0:
+            raise RuntimeError(f"the model server process exited {process.returncode}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

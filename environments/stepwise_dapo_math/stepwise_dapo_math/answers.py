@@ -1,0 +1,214 @@
+"""DAPO answer extraction, normalization and exact integer matching.
+
+DAPO (Yu et al., 2025, arXiv 2503.14476) asks the model to end with a line ``Answer: <answer>``
+and scores a response by comparing the extracted answer with the integer ground truth:
+
+    r(y, a) = +1  if normalize(extract(y)) == normalize(a)
+              −1  otherwise (wrong, missing or unparseable answer)
+
+``extract(y)``: the text after the **last** ``Answer:`` (case-insensitive, ASCII or full-width
+colon) that has something after it; whitespace after the colon may span lines (``Answer:\\n42``),
+and the answer runs to the end of that line. Without any such line, the content of the last
+``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces) is used when ``boxed_fallback`` is on.
+
+``normalize`` (an integer or nothing) removes, in order: markdown emphasis and code marks,
+dollar signs at either end (math delimiters or currency), trailing sentence punctuation,
+math delimiters ``\\(\\)`` and ``\\[\\]``, wrappers
+spanning the whole answer (``\\boxed``, ``\\fbox``, ``\\text``, ``\\mathrm``, ``\\mathbf``), a
+left-hand side up to the last ``=`` (``n = 12``), a trailing ``\\text{unit}``, degree marks,
+LaTeX spacing (``\\,`` ``\\!`` ``\\ `` ``~``) and ``{,}``; then thousands separators when the
+grouping is valid (``1,000,000`` or ``1 000 000``, never ``1,00``), a trailing ``.0...``, and
+unicode minus/plus signs. What is left must be ``[+-]?<decimal digits>`` (any script's decimal
+digits, e.g. full-width ``４２``); the canonical form is the sign (none for zero) and the digits
+without leading zeros. Anything else (``4 or 5``, ``10²``, ``1/2``) is not an integer answer.
+
+Pure Python on strings: no verifiers import, linear time in the length of the response.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import Literal
+
+__all__ = [
+    "AnswerCheck",
+    "check_answer",
+    "extract_answer",
+    "last_boxed",
+    "normalize_integer",
+]
+
+Source = Literal["answer_line", "boxed"]
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_WRAPPERS = re.compile(r"^\\(?:boxed|fbox|text|textbf|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.DOTALL)
+_TRAILING_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}$")
+_DEGREES = re.compile(r"(?:\^\s*\{?\\circ\}?|\\circ|\u00b0|\\degree)$")
+_DEGREE_ENDINGS = ("circ", "circ}", "\u00b0", "degree")
+_LATEX_SPACES = re.compile(r"\\[,!;: ]|~|\{,\}")
+_GROUPED = re.compile(r"^[+-]?\d{1,3}(?:([, \u00a0\u2009\u202f'])\d{3})(?:\1\d{3})*$")
+_PLAIN = re.compile(r"\s*([+-]?)([0-9]+)\s*\Z")
+_INTEGER = re.compile(r"^([+-]?)(\d+)(?:\.0*)?$")
+_SIGNS = str.maketrans(
+    {
+        "\u2212": "-",  # minus sign
+        "\u2012": "-",  # figure dash
+        "\u2013": "-",  # en dash
+        "\ufe63": "-",  # small hyphen-minus
+        "\uff0d": "-",  # full-width hyphen-minus
+        "\uff0b": "+",  # full-width plus
+    }
+)
+_EDGE_MARKS = "*`_$ \t\r\n"
+_MAX_ROUNDS = 8
+_BLANK = re.compile(r"\s*")
+_END_PUNCTUATION = ".;!?,:\u3002\uff0e\uff0c"
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    """The outcome of checking one response against one ground truth."""
+
+    extracted: str | None
+    """The raw answer text taken from the response (None: nothing found)."""
+    source: Source | None
+    """Where it came from: the last ``Answer:`` line or the ``\\boxed{}`` fallback."""
+    normalized: str | None
+    """Canonical integer of ``extracted`` (None: not an integer)."""
+    correct: bool
+
+
+def extract_answer(text: str, *, boxed_fallback: bool = True) -> tuple[str, Source] | None:
+    """The answer text of a response and where it was found, or None."""
+    for colon in _answer_colons(text):
+        # DAPO's `Answer\s*:\s*([^\n]+)`: the blank after the colon may span lines.
+        start = _BLANK.match(text, colon + 1).end()  # type: ignore[union-attr]
+        end = text.find("\n", start)
+        candidate = text[start : len(text) if end < 0 else end].strip()
+        if candidate:
+            return candidate, "answer_line"
+    if boxed_fallback:
+        boxed = last_boxed(text)
+        if boxed is not None:
+            return boxed, "boxed"
+    return None
+
+
+def _answer_colons(text: str) -> Iterator[int]:
+    """Positions of the colons that end an ``answer`` label (``answer`` in any case, then
+    blanks, then ``:`` or ``：``), last first. One backward pass: each ``rfind`` resumes where
+    the previous one stopped, and each blank is looked at once."""
+    ascii_colon, wide_colon = text.rfind(":"), text.rfind("\uff1a")
+    while ascii_colon >= 0 or wide_colon >= 0:
+        if ascii_colon > wide_colon:
+            colon, ascii_colon = ascii_colon, text.rfind(":", 0, ascii_colon)
+        else:
+            colon, wide_colon = wide_colon, text.rfind("\uff1a", 0, wide_colon)
+        label_end = colon
+        while label_end > 0 and text[label_end - 1].isspace():
+            label_end -= 1
+        if text[max(0, label_end - 6) : label_end].lower() == "answer":
+            yield colon
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces (also the
+    brace-less ``\\boxed 42`` form); None when there is none or its braces never close."""
+    start = max(text.rfind(command) for command in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    i = start + len("\\boxed" if text.startswith("\\boxed", start) else "\\fbox")
+    if i < len(text) and text[i] == " ":
+        end = i + 1
+        while end < len(text) and not text[end].isspace() and text[end] != "$":
+            end += 1
+        return text[i + 1 : end] or None
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text) or text[i] != "{":
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        char = text[j]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None
+
+
+def normalize_integer(answer: str) -> str | None:
+    """Canonical decimal form of an integer answer (see the module docstring), else None."""
+    text = answer if answer.isascii() else answer.translate(_SIGNS)
+    # Bounded rounds: each is linear, and real answers nest a few wrappers at most.
+    for _ in range(_MAX_ROUNDS):
+        plain = _PLAIN.match(text)
+        if plain is not None:  # ``42`` or ``-7``: nothing left to peel
+            return _canonical(*plain.groups())
+        previous = text
+        text = text.removeprefix("\\$").strip(_EDGE_MARKS)
+        text = _strip_delimiters(text.rstrip(_END_PUNCTUATION))
+        if text.startswith("\\"):
+            wrapped = _WRAPPERS.match(text)
+            if wrapped is not None:
+                text = wrapped.group(1)
+        if "=" in text:
+            text = text.rsplit("=", 1)[1]
+        if text.endswith("}"):
+            text = _TRAILING_TEXT.sub("", text).rstrip()
+        if text.endswith(_DEGREE_ENDINGS):
+            text = _DEGREES.sub("", text).rstrip()
+        if text == previous:
+            break
+    if "\\" in text or "~" in text or "{,}" in text:
+        text = _LATEX_SPACES.sub(" ", text).strip()
+    if _GROUPED.match(text):
+        text = re.sub(r"[, \u00a0\u2009\u202f']", "", text)
+    match = _INTEGER.match(text)
+    if match is None:
+        return None
+    sign, digits = match.groups()
+    if not digits.isascii():
+        digits = "".join(str(unicodedata.decimal(char)) for char in digits)
+    return _canonical(sign, digits)
+
+
+def _canonical(sign: str, digits: str) -> str:
+    digits = digits.lstrip("0") or "0"
+    return ("-" if sign == "-" and digits != "0" else "") + digits
+
+
+def check_answer(
+    response: str, ground_truth: str, *, boxed_fallback: bool = True
+) -> AnswerCheck:
+    """Extract, normalize and compare one response with an integer ground truth.
+
+    ``ground_truth`` may be given in any form :func:`normalize_integer` accepts; one that is not
+    an integer raises ``ValueError`` (a data error, not a wrong answer).
+    """
+    gold = normalize_integer(ground_truth)
+    if gold is None:
+        raise ValueError(f"ground truth {ground_truth!r} is not an integer")
+    return check_against(response, gold, boxed_fallback=boxed_fallback)
+
+
+def check_against(response: str, gold: str, *, boxed_fallback: bool = True) -> AnswerCheck:
+    """:func:`check_answer` with an already canonical ground truth (the hot path)."""
+    found = extract_answer(response, boxed_fallback=boxed_fallback)
+    if found is None:
+        return AnswerCheck(None, None, None, False)
+    extracted, source = found
+    normalized = normalize_integer(extracted)
+    return AnswerCheck(extracted, source, normalized, normalized == gold)
+
+
+def _strip_delimiters(text: str) -> str:
+    for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
+        if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
+            return text[len(left) : len(text) - len(right)].strip()
+    return text

@@ -1,0 +1,64 @@
+"""The DAPO-math env: standard DAPO in one turn, a refine loop with per-turn rewards in more.
+
+Built on ``verifiers_stepwise.StepwiseMultiTurnEnv``. Each turn the model's reply is scored
+exactly as a single-turn DAPO response (:meth:`DapoMathTask.score_reply`); that score is the
+turn's reward in ``trace.info["turn_rewards"]``. A correct answer ends the episode; a wrong or
+missing one is answered with ``wrong_message`` / ``missing_message`` and the model tries
+again, up to ``max_turns`` turns.
+
+* ``max_turns = 1`` (the default) is standard DAPO: one response, reward ±1 (plus the
+  overlong term when enabled), one turn reward equal to the trace reward.
+* ``max_turns = k > 1`` is the refine mode: turn rewards r_1..r_T (T ≤ k), each turn's own
+  correctness, for the stepwise estimator (``verifiers_stepwise.credit.score_group``).
+
+The trace-level rewards (``correct``, ``overlong_penalty``) score the last reply, so a trace's
+reward says whether the episode ended solved. ``trace.info["dapo_turns"]`` keeps, per turn, the
+scored node, the extracted answer, its reward terms and metrics; the trace-level reward reuses
+the last entry instead of verifying the same reply again.
+"""
+
+from __future__ import annotations
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask, last_sampled_node, response_lengths
+from verifiers_stepwise.env import (
+    StepwiseMultiTurnEnv,
+    StepwiseMultiTurnEnvConfig,
+    Turn,
+    TurnResult,
+)
+
+__all__ = ["DapoMathEnv", "DapoMathEnvConfig"]
+
+WRONG = (
+    'Your answer is incorrect. Try again: solve the problem step by step and put your final '
+    'answer on its own line after "Answer:".'
+)
+MISSING = 'I could not find a final answer. Put your final answer on its own line after "Answer:".'
+
+
+class DapoMathEnvConfig(StepwiseMultiTurnEnvConfig):
+    max_turns: int = Field(1, ge=1)
+    """Attempts per problem (``--env.max-turns``): 1 is standard DAPO, more is the refine mode."""
+    wrong_message: str = WRONG
+    """What the model is told after a wrong answer."""
+    missing_message: str = MISSING
+    """What the model is told when no answer could be extracted."""
+
+
+class DapoMathEnv(StepwiseMultiTurnEnv, vf.Env[DapoMathEnvConfig]):
+    config: DapoMathEnvConfig
+
+    async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
+        if not isinstance(task, DapoMathTask):
+            raise TypeError(f"{type(self).__name__} plays DapoMathTask tasks, got {type(task).__name__}")
+        lengths = response_lengths(turn.trace)
+        score = await task.score_reply(turn.reply, lengths[-1] if lengths else None)
+        node = last_sampled_node(turn.trace)
+        turn.trace.info.setdefault(DAPO_TURNS, []).append(score.record(node))
+        if score.correct:
+            return TurnResult(score.reward)
+        retry = self.config.missing_message if score.extracted is None else self.config.wrong_message
+        return TurnResult(score.reward, retry)

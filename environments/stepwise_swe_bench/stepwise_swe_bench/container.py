@@ -1,0 +1,119 @@
+"""Model commands in a container runtime (docker, podman): the container is the sandbox.
+
+Each command is one ``Runtime.run`` (``docker exec``) of a bash wrapper that enters the workdir,
+applies the same ``ulimit`` limits as the local sandbox, runs the command under coreutils
+``timeout`` (which signals the command's whole process group), merges stderr into stdout and
+stops reading after ``output_kill_bytes`` (``head -c``; the writer then dies of SIGPIPE), so a
+runaway command never ships more than that out of the container. The command's exit status goes
+to stderr, apart from its output.
+
+Grading runs the instance's eval script in the repository itself, as the official harness does:
+it applies the hidden tests, runs them and restores the test files (``git checkout``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+
+from .limits import SandboxLimits, grading_limits, ulimit_prelude
+from .output import CommandResult, OutputBuffer
+
+__all__ = ["RuntimeSandbox"]
+
+_STATUS = "__stepwise_swe_bench_status"
+# $1 = command, $2 = workdir, $3 = timeout (s), $4 = bytes read before the command is cut off.
+_RUN = (
+    'timeout -k 5 "$3" /bin/bash -c "$1" 2>&1 | head -c "$4"; '
+    f'echo "{_STATUS} ${{PIPESTATUS[0]}}" >&2'
+)
+
+
+class RuntimeSandbox:
+    """``Sandbox`` over a started verifiers ``Runtime`` whose box is a container."""
+
+    def __init__(self, runtime, limits: SandboxLimits | None = None, workdir: str = "/testbed"):
+        self.runtime = runtime
+        self.limits = limits or SandboxLimits()
+        self.workdir = workdir
+
+    def argv(
+        self, command: str, timeout_s: float, read_bytes: int, limits: SandboxLimits | None = None
+    ) -> list[str]:
+        """What ``Runtime.run`` executes in the container for ``command``."""
+        wrapper = f'cd -- "$2" || exit 125; {ulimit_prelude(limits or self.limits)}; {_RUN}'
+        return [
+            "/bin/bash", "-c", wrapper, "sandbox",
+            command, self.workdir, f"{timeout_s:g}", str(read_bytes),
+        ]  # fmt: skip
+
+    async def _run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None,
+        timeout_s: float,
+        kept_bytes: int,
+        label: str,
+        limits: SandboxLimits | None = None,
+    ) -> CommandResult:
+        staged = None
+        if stdin is not None:
+            staged = f"/tmp/stepwise-stdin-{uuid.uuid4().hex}"
+            await self.runtime.write(staged, stdin)
+            command = f"{{ {command}\n}} < {staged}; status=$?; rm -f {staged}; exit $status"
+        kill = self.limits.output_kill_bytes
+        start = time.monotonic()
+        result = await self.runtime.run(self.argv(command, timeout_s, kill + 1, limits), {})
+        duration = time.monotonic() - start
+        status_lines = [
+            line for line in result.stderr.splitlines() if line.startswith(f"{_STATUS} ")
+        ]
+        exit_code = int(status_lines[-1].split()[1]) if status_lines else result.exit_code
+        data = result.stdout.encode()
+        buffer = OutputBuffer(kept_bytes)
+        buffer.feed(data[:kill])
+        if len(data) > kill:
+            termination = "output_limit"
+        elif exit_code in (124, 137) and duration >= timeout_s:
+            termination = "timeout"
+        else:
+            termination = "exit"
+        return CommandResult(
+            command=label,
+            exit_code=exit_code if termination == "exit" else -9,
+            output=buffer.text(),
+            output_bytes=buffer.total,
+            dropped_bytes=buffer.dropped,
+            termination=termination,
+            duration_s=round(duration, 4),
+        )
+
+    async def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
+    ) -> CommandResult:
+        return await self._run(
+            command,
+            stdin=stdin,
+            timeout_s=timeout_s or self.limits.timeout_s,
+            kept_bytes=kept_bytes or self.limits.output_kept_bytes,
+            label=command,
+        )
+
+    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+        path = f"/tmp/stepwise-eval-{uuid.uuid4().hex}.sh"
+        await self.runtime.write(path, script.encode())
+        return await self._run(
+            f"bash {shlex.quote(path)}; status=$?; rm -f {shlex.quote(path)}; exit $status",
+            stdin=None,
+            timeout_s=timeout_s,
+            kept_bytes=kept_bytes,
+            label="grading script",
+            limits=grading_limits(self.limits, timeout_s),
+        )

@@ -1,0 +1,66 @@
+"""The SWE-bench environment: rounds of tool use, each graded by swebench, one reward per round.
+
+A round is one environment turn of ``StepwiseMultiTurnEnv``: the model works through its tools
+(``toolset``) until it answers without a tool call (``submit`` tells it to). The environment then
+grades the repository as it is (``grading``), records the round, and either ends the episode
+(resolved, last round, or budget used up) or sends the failing tests and the end of the test log
+as the next round's user message. The round reward is the turn reward, in the per-turn schema
+(``trace.info["turn_rewards"]``), so the stepwise estimator applies unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+
+from .grading import feedback, grade, model_patch, round_reward
+from .taskset import SweBenchTask
+
+__all__ = ["SweBenchEnv", "SweBenchEnvConfig"]
+
+
+class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
+    max_turns: int = Field(3, ge=1)
+    """Rounds per episode (``--env.max-turns``): graded attempts at the issue."""
+    reward: Literal["resolved", "partial"] = "resolved"
+    """Round reward: swebench's resolved verdict (1/0), or partial credit (the share of
+    FAIL_TO_PASS tests that pass, 0 if any PASS_TO_PASS test breaks)."""
+    feedback_log_chars: int = Field(3000, ge=0)
+    """How much of the end of the test log the model sees after an unresolved round."""
+
+
+class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
+    config: SweBenchEnvConfig
+
+    async def env_response(self, task: SweBenchTask, turn: Turn) -> TurnResult:
+        trace, state = turn.trace, turn.trace.state
+        record: dict = {"round": turn.index, "submitted": state.submitted, "steps": state.round_steps}
+        rounds = trace.info.setdefault("swe_bench", {}).setdefault("rounds", [])
+        try:
+            sandbox = task.sandbox(trace)
+            result = await grade(
+                task.data.instance,
+                sandbox,
+                timeout_s=task.config.grading_timeout_s,
+                kept_log_bytes=task.config.grading_log_bytes,
+            )
+            patch = await model_patch(sandbox, task.data.instance.base_commit)
+        except Exception as error:  # noqa: BLE001 - the round is lost, the episode is kept
+            rounds.append(record | {"resolved": False, "reward": 0.0, "error": repr(error)[:2000]})
+            return TurnResult(reward=0.0)
+        reward = round_reward(result, self.config.reward)
+        rounds.append(record | {"resolved": result.resolved, "reward": reward, "patch": patch, **result.record()})
+        if result.resolved or turn.last or state.exhausted():
+            return TurnResult(reward=reward)
+        state.start_round(turn.index + 1)
+        message = feedback(
+            result,
+            round_index=turn.index,
+            rounds_left=self.config.max_turns - turn.index - 1,
+            max_log_chars=self.config.feedback_log_chars,
+        )
+        return TurnResult(reward=reward, message=message)

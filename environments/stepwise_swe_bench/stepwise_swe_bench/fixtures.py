@@ -1,0 +1,104 @@
+"""The bundled offline tasks and their repositories.
+
+``fixtures/`` is a task repository in the layout ``swebench`` itself reads
+(``swebench.task.repo``): ``tasks/<instance_id>/`` holds ``task.yaml``, ``tests.json``,
+``problem_statement.md``, ``gold.patch``, ``test.patch`` and ``eval.sh``. Each task adds one
+directory of its own, ``repo/``: the project's files at the base commit.
+
+A task's repository is committed once per process into a template git repository whose commit
+is fixed by content (author, committer and dates are constants), so it must equal the task's
+``base_commit``. Episode setup copies that template: no git process, a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .sandbox import hand_over, remove_tree
+
+if TYPE_CHECKING:
+    from .instances import SweInstance
+
+__all__ = ["FIXTURES", "FixtureError", "commit_tree", "fixture_instances", "materialize"]
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "stepwise-swe-bench",
+    "GIT_AUTHOR_EMAIL": "fixtures@stepwise-swe-bench.invalid",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_NAME": "stepwise-swe-bench",
+    "GIT_COMMITTER_EMAIL": "fixtures@stepwise-swe-bench.invalid",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+00:00",
+    # The user's git configuration (signing, hooks, templates) must not change the commit.
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+class FixtureError(RuntimeError):
+    """A bundled task is inconsistent with its own files."""
+
+
+def fixture_instances(instance_ids: Sequence[str] | None = None) -> list[dict]:
+    """The bundled tasks as SWE-bench instance dicts (read by swebench's own loader)."""
+    from swebench.task.repo import load_task_repo
+
+    return load_task_repo(FIXTURES, list(instance_ids) if instance_ids else None)
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **_GIT_ENV}
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise FixtureError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def commit_tree(source: Path, dest: Path, message: str) -> str:
+    """Copy ``source`` to ``dest`` as a fresh git repository with one commit; its hash."""
+    shutil.copytree(source, dest, ignore=_IGNORE)
+    _git(dest, "-c", "init.defaultBranch=main", "init", "--quiet", "--template=")
+    _git(dest, "add", "--all")
+    _git(dest, "commit", "--quiet", "--no-verify", "--message", message)
+    return _git(dest, "rev-parse", "HEAD")
+
+
+@functools.cache
+def _templates() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="stepwise-swe-bench-repos-"))
+    atexit.register(remove_tree, root)
+    return root
+
+
+@functools.cache
+def _template(instance_id: str, base_commit: str) -> Path:
+    source = FIXTURES / "tasks" / instance_id / "repo"
+    if not source.is_dir():
+        raise FixtureError(f"bundled task {instance_id!r} has no repo/ directory at {source}")
+    dest = _templates() / instance_id
+    head = commit_tree(source, dest, f"{instance_id}: base")
+    if head != base_commit:
+        raise FixtureError(
+            f"bundled task {instance_id!r}: its repo/ commits to {head}, but task.yaml says "
+            f"base_commit {base_commit}; the files or the recorded commit are wrong"
+        )
+    return dest
+
+
+def materialize(instance: SweInstance, dest: Path) -> None:
+    """Put the bundled task's repository, a git checkout of its base commit, at ``dest``
+    (which must not exist) and hand it to the sandbox identity."""
+    template = _template(instance.instance_id, instance.base_commit)
+    shutil.copytree(template, dest, symlinks=True)
+    hand_over(dest)

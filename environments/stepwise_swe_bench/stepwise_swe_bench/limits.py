@@ -1,0 +1,59 @@
+"""Resource limits for one model command, and the shell prelude that applies them.
+
+The limits are applied *inside* the sandbox, by bash's ``ulimit`` builtin right before the command
+is exec'd, so the same prelude works in the bubblewrap sandbox and in a container runtime. Hard and
+soft limits are set together: an unprivileged process cannot raise a hard limit again.
+
+RLIMIT_NPROC is counted per real uid. Linux exempts the host's root user from it, so a sandbox
+must never run as host root (see ``sandbox.BwrapSandbox``); inside a user namespace the count
+covers only that sandbox's processes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field
+from pydantic_config import BaseConfig
+
+__all__ = ["SandboxLimits", "grading_limits", "ulimit_prelude"]
+
+MIB = 1024 * 1024
+
+
+class SandboxLimits(BaseConfig):
+    """Per-command limits. Sizes in MiB, times in seconds."""
+
+    timeout_s: float = Field(60.0, gt=0)
+    """Wall-clock limit; on expiry the whole process tree is killed."""
+    cpu_s: int = Field(120, gt=0)
+    """RLIMIT_CPU per process (SIGXCPU, then SIGKILL)."""
+    memory_mb: int = Field(4096, gt=0)
+    """RLIMIT_AS per process (virtual address space)."""
+    processes: int = Field(256, gt=0)
+    """RLIMIT_NPROC: processes and threads the sandbox user may hold at once."""
+    file_size_mb: int = Field(256, gt=0)
+    """RLIMIT_FSIZE: largest file a process may write."""
+    open_files: int = Field(1024, gt=0)
+    """RLIMIT_NOFILE."""
+    tmp_mb: int = Field(512, gt=0)
+    """Size of the private /tmp (a tmpfs; bubblewrap sandbox only)."""
+    output_kept_bytes: int = Field(64 * 1024, gt=0)
+    """Output kept for the record: the first and last halves of this many bytes."""
+    output_kill_bytes: int = Field(16 * MIB, gt=0)
+    """A command producing more output than this is killed."""
+
+
+def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:
+    """Limits of a grading run: a test process may use CPU for as long as the run may last."""
+    return limits.model_copy(update={"cpu_s": max(limits.cpu_s, math.ceil(timeout_s))})
+
+
+def ulimit_prelude(limits: SandboxLimits) -> str:
+    """``ulimit`` line for bash. Units (bash, non-POSIX mode): -t seconds, -v and -f KiB,
+    -u and -n counts. Core dumps are disabled. Exits 125 if a limit cannot be set."""
+    return (
+        f"ulimit -H -S -c 0 -t {limits.cpu_s} -v {limits.memory_mb * 1024} "
+        f"-f {limits.file_size_mb * 1024} -u {limits.processes} -n {limits.open_files} "
+        "|| exit 125"
+    )

@@ -1,0 +1,89 @@
+"""Bounded capture of a command's output, and the record of one command.
+
+Output is consumed while it streams: the first and last halves of a fixed budget are kept, the
+middle is counted and dropped, so a command printing a gigabyte costs a few KiB of memory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = ["CommandResult", "OutputBuffer", "Termination"]
+
+Termination = Literal["exit", "timeout", "output_limit"]
+
+
+class OutputBuffer:
+    """Keeps the first ``kept // 2`` and the last ``kept - kept // 2`` bytes fed to it."""
+
+    def __init__(self, kept: int) -> None:
+        self._head_cap = kept // 2
+        self._tail_cap = kept - self._head_cap
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self._head_cap - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail.append(chunk)
+        self._tail_len += len(chunk)
+        while self._tail_len - len(self._tail[0]) >= self._tail_cap:
+            self._tail_len -= len(self._tail.popleft())
+
+    @property
+    def dropped(self) -> int:
+        return self.total - len(self._head) - min(self._tail_len, self._tail_cap)
+
+    def text(self) -> str:
+        tail = b"".join(self._tail)[-self._tail_cap :] if self._tail_cap else b""
+        head = bytes(self._head).decode(errors="replace")
+        if not self.dropped:
+            return (bytes(self._head) + tail).decode(errors="replace")
+        return (
+            f"{head}\n[... {self.dropped} bytes of output omitted ...]\n"
+            f"{tail.decode(errors='replace')}"
+        )
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did. ``exit_code`` follows ``subprocess``: negative = killed by that
+    signal. ``termination`` says who ended it: the command itself, the wall-clock limit, or the
+    output limit."""
+
+    command: str
+    exit_code: int
+    output: str
+    output_bytes: int
+    dropped_bytes: int
+    termination: Termination
+    duration_s: float
+
+    @property
+    def truncated(self) -> bool:
+        return self.dropped_bytes > 0 or self.termination == "output_limit"
+
+    def describe(self) -> str:
+        """The text a model sees."""
+        notes = {
+            "exit": f"[exit code {self.exit_code}]",
+            "timeout": "[killed: the command exceeded its time limit]",
+            "output_limit": "[killed: the command produced too much output]",
+        }
+        return f"{self.output.rstrip()}\n{notes[self.termination]}".lstrip("\n")
+
+    def record(self, max_chars: int = 2000) -> dict[str, Any]:
+        """A compact, JSON-ready record for the episode (output shortened to its tail)."""
+        record = asdict(self)
+        record["output"] = self.output[-max_chars:]
+        record["command"] = self.command[:max_chars]
+        return record

@@ -1,0 +1,113 @@
+"""Run one host process with a wall-clock limit and bounded, streamed output capture.
+
+The process gets its own session (process group); a timeout or an output overflow kills the whole
+group with SIGKILL. For a bubblewrap sandbox that group holds bwrap itself, whose death tears
+down the sandbox's PID namespace and with it every process the command started, including ones
+that left the group with ``setsid``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .output import CommandResult, OutputBuffer, Termination
+
+__all__ = ["run_process"]
+
+_CHUNK = 64 * 1024
+_REAP_GRACE_S = 5.0
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    assert proc.stdin is not None
+    # A command that never reads its input must not fail the run.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    proc.stdin.close()
+
+
+async def _drain(stream: asyncio.StreamReader, buffer: OutputBuffer, kill_after: int) -> bool:
+    """Read to EOF; True if the output went past ``kill_after`` bytes (reading stops there)."""
+    while chunk := await stream.read(_CHUNK):
+        buffer.feed(chunk)
+        if buffer.total > kill_after:
+            return True
+    return False
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    label: str,
+    timeout_s: float,
+    kept_bytes: int,
+    kill_bytes: int,
+    stdin: bytes | None = None,
+    pass_fds: Sequence[int] = (),
+    env: dict[str, str] | None = None,
+    identity: Mapping[str, Any] | None = None,
+) -> CommandResult:
+    """Run ``argv`` (stdout and stderr merged) and describe the outcome. ``label`` is what the
+    record calls the command; ``identity`` holds ``subprocess`` user/group arguments.
+    Cancellation kills the process group too."""
+    start = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+        env=env,
+        **(identity or {}),
+    )
+    buffer = OutputBuffer(kept_bytes)
+    termination: Termination = "exit"
+    assert proc.stdout is not None
+    feeder = asyncio.create_task(_feed(proc, stdin)) if stdin is not None else None
+    try:
+        try:
+            async with asyncio.timeout(timeout_s):
+                if await _drain(proc.stdout, buffer, kill_bytes):
+                    termination = "output_limit"
+                else:
+                    await proc.wait()
+        except TimeoutError:
+            termination = "timeout"
+        if termination != "exit":
+            _kill_group(proc)
+            # Killing bwrap ends the sandbox, so the pipe reaches EOF; what is left in it is
+            # read and dropped (asyncio reaps a process only once its pipes are closed).
+            async with asyncio.timeout(_REAP_GRACE_S):
+                while await proc.stdout.read(_CHUNK):
+                    pass
+                await proc.wait()
+    finally:
+        if proc.returncode is None:
+            _kill_group(proc)
+        if feeder is not None:
+            feeder.cancel()
+            with contextlib.suppress(BaseException):
+                await feeder
+    assert proc.returncode is not None
+    return CommandResult(
+        command=label,
+        exit_code=proc.returncode,
+        output=buffer.text(),
+        output_bytes=buffer.total,
+        dropped_bytes=buffer.dropped,
+        termination=termination,
+        duration_s=round(time.monotonic() - start, 4),
+    )

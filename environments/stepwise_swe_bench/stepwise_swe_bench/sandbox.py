@@ -1,0 +1,415 @@
+"""Where model commands run: the ``Sandbox`` interface and its local bubblewrap backend.
+
+Every command the model issues (and every grading run) goes through a ``Sandbox``. Locally that is
+``BwrapSandbox``: a fresh bubblewrap sandbox per command with
+
+- a read-only view of the system (``/usr`` and the ``/bin``-style links, a few loader files from
+  ``/etc``, the Python environment that runs the tests) and nothing else of the host: no home
+  directory, no ``/root``, no host ``/tmp``;
+- the task repository bound read-write at ``/testbed``, the only writable host path;
+- a private ``/tmp`` (a size-limited tmpfs), private ``/proc`` and ``/dev``;
+- new PID, network, IPC, UTS and cgroup namespaces: no network at all (a loopback that is not the
+  host's, so a server on the host's 127.0.0.1 is unreachable), no view of host processes;
+- a cleared environment (no host variables, so no secrets), no capabilities, no_new_privs;
+- rlimits on CPU time, address space, processes, file size and open files (``limits``), a
+  wall-clock timeout that kills the whole sandbox, and streamed, capped output (``process``).
+
+Two ways to get an unprivileged sandboxed process, chosen by who runs this code:
+
+- an ordinary user: bubblewrap in a new user namespace (``--unshare-user``; uid 1000 inside,
+  the user outside), with further user namespaces disabled where bwrap supports it;
+- root: Linux never applies RLIMIT_NPROC to root, so a fork bomb would be unbounded. Bubblewrap
+  runs privileged (no user namespace) and the command drops to the unprivileged host uid/gid
+  65534 with ``setpriv`` (all capabilities and the bounding set cleared, no_new_privs) before it
+  starts. The repository is handed to that uid (``hand_over``).
+
+Verifiers' own ``Runtime`` is the box a rollout lives in; it also hosts trusted framework processes
+(tool servers, the state channel on the interception server at 127.0.0.1) that need the network.
+The sandbox wraps only the untrusted part, the model's commands. In a container runtime the
+container is the boundary and ``container.RuntimeSandbox`` runs the commands there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from .limits import SandboxLimits, grading_limits, ulimit_prelude
+from .output import CommandResult
+from .process import run_process
+
+__all__ = [
+    "Bind",
+    "BwrapSandbox",
+    "Sandbox",
+    "SandboxUnavailable",
+    "WORKDIR",
+    "hand_over",
+    "remove_tree",
+    "sandbox_identity",
+]
+
+WORKDIR = "/testbed"
+"""Where the repository appears to commands (as in the official SWE-bench images)."""
+UNPRIVILEGED_ID = 65534
+"""Host uid/gid of sandboxed commands when this process is root (``nobody`` on Debian)."""
+USERNS_ID = 1000
+"""uid/gid inside the user namespace of an ordinary user's sandbox."""
+_INSTALL_HINT = (
+    "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
+)
+# Loader and timezone files most programs need; nothing else of /etc is visible.
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+_TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_ENV = {
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "agent",
+    "LOGNAME": "agent",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TERM": "dumb",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    # The visible Python environment is this package's, not the task's: its pytest plugins
+    # have no business in the task's test runs (and cost seconds per run).
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+}
+
+
+class SandboxUnavailable(RuntimeError):
+    """Model commands cannot be sandboxed here, so they are not run at all."""
+
+
+class Sandbox(Protocol):
+    """Runs untrusted commands against one task repository."""
+
+    workdir: str
+    """The repository's path as commands see it."""
+
+    async def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
+    ) -> CommandResult:
+        """Run a bash command in ``workdir``; the limits' defaults unless overridden."""
+        ...
+
+    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+        """Run a trusted grading script (bash) against the repository's current state,
+        keeping up to ``kept_bytes`` of its log."""
+        ...
+
+
+def sandbox_identity() -> tuple[int, int]:
+    """Host (uid, gid) that sandboxed commands run as."""
+    if os.geteuid() == 0:
+        return UNPRIVILEGED_ID, UNPRIVILEGED_ID
+    return os.geteuid(), os.getegid()
+
+
+def hand_over(path: Path) -> None:
+    """Make ``path`` (recursively) owned by the sandbox identity so commands can write it.
+    Only root needs this. Symlinks are re-owned, never followed."""
+    if os.geteuid() != 0:
+        return
+    uid, gid = sandbox_identity()
+    os.lchown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a tree that a command may have made read-only."""
+
+    def retry(function, failed, _exc) -> None:
+        parent = os.path.dirname(failed)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+        if not os.path.islink(failed) and os.path.isdir(failed):
+            os.chmod(failed, os.stat(failed).st_mode | stat.S_IRWXU)
+        function(failed)
+
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path, onerror=retry)
+
+
+@functools.cache
+def _bwrap() -> tuple[str, frozenset[str]]:
+    """The bwrap binary and the options it supports (older releases lack some)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        raise SandboxUnavailable(
+            "bubblewrap (`bwrap`) is not installed, so model commands cannot be sandboxed and "
+            f"will not run locally; {_INSTALL_HINT}, or run the environment in a container "
+            "runtime (--env.agent.runtime.type docker)"
+        )
+    usage = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
+    options = frozenset(
+        word for word in (usage.stdout + usage.stderr).split() if word.startswith("--")
+    )
+    return binary, options
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: Path
+    dest: str
+    writable: bool = False
+
+
+@functools.cache
+def _python_prefixes(python: Path) -> tuple[Path, ...]:
+    """Directories an interpreter needs: its environment and, for a venv, the base install.
+    Paths under /usr are visible anyway."""
+    out = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    prefixes: list[Path] = []
+    for raw in out:
+        prefix = Path(raw).resolve()
+        if not prefix.is_relative_to("/usr") and prefix not in prefixes:
+            prefixes.append(prefix)
+    return tuple(prefixes)
+
+
+def _parents(dest: str) -> list[str]:
+    """Ancestors of a mount point, outermost first (bwrap would create them 0700 as root)."""
+    return [str(p) for p in reversed(PurePosixPath(dest).parents) if str(p) != "/"]
+
+
+@dataclass(frozen=True)
+class BwrapCommand:
+    """A bwrap command line: ``argv`` runs ``inner`` in the sandbox; ``fds`` are the data-file
+    descriptors it reads at startup."""
+
+    argv: list[str]
+    fds: list[int]
+
+
+class BwrapSandbox:
+    """A bubblewrap sandbox over one repository directory (see the module docstring)."""
+
+    workdir = WORKDIR
+
+    def __init__(
+        self,
+        repo: Path,
+        limits: SandboxLimits | None = None,
+        *,
+        python: Path | None = None,
+        scratch: Path | None = None,
+    ) -> None:
+        """``repo``: the host directory bound at ``/testbed``. ``python``: the interpreter whose
+        environment is visible read-only and first on PATH (default: this one). ``scratch``:
+        host directory for throwaway grading copies (default: ``repo``'s parent)."""
+        self.repo = Path(repo).resolve()
+        if not self.repo.is_dir():
+            raise NotADirectoryError(f"sandbox repository {self.repo} is not a directory")
+        self.limits = limits or SandboxLimits()
+        self.binary, self._options = _bwrap()
+        interpreter = Path(python or sys.executable)
+        self._path = f"{interpreter.parent}:/usr/local/bin:/usr/bin:/bin"
+        self.python_prefixes = _python_prefixes(interpreter)
+        """Directories of the test environment's Python, visible read-only."""
+        self._system = [Bind(p, str(p)) for p in self.python_prefixes]
+        self.scratch = Path(scratch or self.repo.parent)
+        self.privileged = os.geteuid() == 0
+        self._check()
+
+    # -- command line -------------------------------------------------------------------------
+
+    def _namespaces(self) -> list[str]:
+        common = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        if self.privileged:
+            # No user namespace: its only uid would map to root. setpriv drops to 65534.
+            return [
+                "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", *common,
+                "--cap-drop", "ALL",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
+            ]  # fmt: skip
+        disable = ["--disable-userns"] if "--disable-userns" in self._options else []
+        return [
+            "--unshare-all", "--unshare-user", *disable, *common,
+            "--uid", str(USERNS_ID), "--gid", str(USERNS_ID),
+        ]  # fmt: skip
+
+    def _inner(self, command: str, chdir: str, limits: SandboxLimits) -> list[str]:
+        """bash with the limits applied, in ``chdir``, then ``command``; as root, after
+        dropping to 65534 (so the directory is entered as its owner)."""
+        drop = [
+            "setpriv", f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+        ]  # fmt: skip
+        prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(limits)}'
+        shell = ["/bin/bash", "-c", f'{prelude}; exec /bin/bash -c "$1"']
+        return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
+
+    def _identity_files(self) -> dict[str, bytes]:
+        uid = UNPRIVILEGED_ID if self.privileged else USERNS_ID
+        return {
+            "/etc/passwd": (
+                "root:x:0:0:root:/root:/bin/bash\n"
+                f"agent:x:{uid}:{uid}:agent:/tmp:/bin/bash\n"
+            ).encode(),
+            "/etc/group": f"root:x:0:\nagent:x:{uid}:\n".encode(),
+            "/etc/hosts": b"127.0.0.1 localhost sandbox\n::1 localhost\n",
+        }
+
+    @contextlib.contextmanager
+    def command(
+        self,
+        command: str,
+        binds: Sequence[Bind],
+        files: Mapping[str, bytes] | None = None,
+        chdir: str = WORKDIR,
+        limits: SandboxLimits | None = None,
+    ) -> Iterator[BwrapCommand]:
+        """The full command line for ``command`` with ``binds`` and read-only data ``files``
+        (path inside -> content, passed through memfds that are closed on exit), under
+        ``limits`` (default: the sandbox's)."""
+        limits = limits or self.limits
+        fds: list[int] = []
+        try:
+            argv = [self.binary, *self._namespaces(), "--ro-bind", "/usr", "/usr"]
+            for name in _TOP_LEVEL:
+                top = Path("/") / name
+                if top.is_symlink():
+                    argv += ["--symlink", os.readlink(top), str(top)]
+                elif top.is_dir():
+                    argv += ["--ro-bind", str(top), str(top)]
+            argv += ["--perms", "0755", "--dir", "/etc"]
+            argv += [a for name in _ETC for a in ("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")]
+            argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+            if "--size" in self._options:
+                argv += ["--size", str(self.limits.tmp_mb * 1024 * 1024)]
+            argv += ["--tmpfs", "/tmp"]
+            for dest, data in {**self._identity_files(), **(files or {})}.items():
+                fd = os.memfd_create("sandbox-data")
+                fds.append(fd)
+                os.write(fd, data)
+                os.lseek(fd, 0, os.SEEK_SET)
+                argv += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
+            made: set[str] = set()
+            for bind in (*self._system, *binds):
+                for parent in _parents(bind.dest):
+                    if parent not in made and not parent.startswith(("/usr", "/tmp")):
+                        made.add(parent)
+                        argv += ["--perms", "0755", "--dir", parent]
+                option = "--bind" if bind.writable else "--ro-bind"
+                argv += [option, str(bind.source), bind.dest]
+            argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
+            argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
+            yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits)], fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        """One trivial sandboxed command per process and configuration, so an unusable
+        bubblewrap fails loudly at setup rather than on the model's first command."""
+        key = (self.binary, tuple(self._system), self.privileged)
+        if key in _WORKING:
+            return
+        with self.command("true", [], chdir="/") as cmd:
+            probe = subprocess.run(
+                cmd.argv, capture_output=True, text=True, check=False, pass_fds=cmd.fds, env={}
+            )
+        if probe.returncode != 0:
+            raise SandboxUnavailable(
+                "bubblewrap is installed but cannot create a sandbox here "
+                f"({probe.stderr.strip() or f'exit code {probe.returncode}'}); unprivileged "
+                "user namespaces may be disabled (sysctl user.max_user_namespaces, "
+                "kernel.unprivileged_userns_clone, or an AppArmor restriction), so model "
+                "commands will not run locally"
+            )
+        _WORKING.add(key)
+
+    async def _run(
+        self,
+        command: str,
+        binds: Sequence[Bind],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
+        label: str | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> CommandResult:
+        with self.command(command, binds, files, limits=limits) as cmd:
+            return await run_process(
+                cmd.argv,
+                label=label or command,
+                timeout_s=timeout_s or self.limits.timeout_s,
+                kept_bytes=kept_bytes or self.limits.output_kept_bytes,
+                kill_bytes=self.limits.output_kill_bytes,
+                stdin=stdin,
+                pass_fds=cmd.fds,
+                env={},
+            )
+
+    async def run(
+        self,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float | None = None,
+        kept_bytes: int | None = None,
+    ) -> CommandResult:
+        binds = [Bind(self.repo, WORKDIR, writable=True)]
+        return await self._run(
+            command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes
+        )
+
+    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+        """Grade a throwaway copy of the repository. The copy is made inside a sandbox (the
+        repository holds model-made files, e.g. symlinks or FIFOs, that the host must not
+        follow), the script runs on it, and the copy is deleted: nothing the tests or the code
+        under test do reaches the model's repository, and hidden tests never land in it."""
+        copy = self.scratch / f".grading-{uuid.uuid4().hex[:12]}"
+        copy.mkdir(mode=0o755)
+        try:
+            hand_over(copy)
+            copied = await self._run(
+                f"cp -a /source/. {WORKDIR}/",
+                [Bind(self.repo, "/source"), Bind(copy, WORKDIR, writable=True)],
+                label="copy the repository for grading",
+            )
+            if copied.exit_code != 0 or copied.termination != "exit":
+                return copied
+            return await self._run(
+                "bash /eval.sh",
+                [Bind(copy, WORKDIR, writable=True)],
+                files={"/eval.sh": script.encode()},
+                timeout_s=timeout_s,
+                kept_bytes=kept_bytes,
+                label="grading script",
+                limits=grading_limits(self.limits, timeout_s),
+            )
+        finally:
+            remove_tree(copy)
+
+
+_WORKING: set[tuple] = set()
+"""Sandbox configurations that passed ``BwrapSandbox._check`` in this process."""

@@ -1,0 +1,146 @@
+"""The SWE-bench taskset: one task per instance, its repository prepared at setup.
+
+Task setup puts the repository at its base commit in the rollout's runtime (``box``), starts the
+step and time budget and hands both to the tool server through the shared state. The task keeps
+its own sandbox per rollout for the environment, which grades with it after every round.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import verifiers.v1 as vf
+from pydantic import Field
+
+from .box import prepare_box
+from .instances import FIXTURES, SweInstance, load_instances
+from .limits import SandboxLimits
+from .sandbox import Sandbox, remove_tree
+from .state import Budget, SweBenchState
+from .toolset import SweToolset
+
+__all__ = [
+    "PROMPT",
+    "SweBenchTask",
+    "SweBenchTaskConfig",
+    "SweBenchTaskData",
+    "SweBenchTaskset",
+    "SweBenchTasksetConfig",
+]
+
+PROMPT = """\
+You are working on the repository {repo}, checked out at /testbed.
+
+<issue>
+{problem_statement}
+</issue>
+
+Change the repository so that the issue is resolved. Hidden tests will check your change, and \
+the repository's existing tests must keep passing. Tools: `bash` (runs a command in /testbed, \
+without network access), `view`, `edit` and `create` (files), and `submit`. When you are done, \
+call `submit`, then reply with a one-line summary of your change."""
+
+
+class SweBenchTaskData(vf.TaskData):
+    instance: SweInstance
+
+
+class SweBenchTaskConfig(vf.TaskConfig):
+    sandbox: SandboxLimits = SandboxLimits()
+    """Limits of every command the model runs (``--env.taskset.task.sandbox.*``)."""
+    budget: Budget = Budget()
+    """Step and time limits per round and per episode (``--env.taskset.task.budget.*``)."""
+    grading_timeout_s: float = Field(1800.0, gt=0)
+    """Wall-clock limit of one grading run (the hidden tests)."""
+    grading_log_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    """Test log kept for grading: the first and last halves of this many bytes."""
+
+
+class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig]):
+    def __init__(self, data: SweBenchTaskData, config: SweBenchTaskConfig | None = None) -> None:
+        super().__init__(data, config)
+        self._sandboxes: dict[str, Sandbox] = {}
+
+    @property
+    def key(self) -> str:
+        return self.data.instance.instance_id
+
+    @classmethod
+    def toolsets(cls, config: SweBenchTaskConfig) -> list[vf.Toolset]:
+        return [SweToolset(vf.ToolsetConfig())]
+
+    async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        box, sandbox = await prepare_box(runtime, self.data.instance, self.config.sandbox)
+        self._sandboxes[trace.id] = sandbox
+        state = trace.state
+        state.box, state.budget = box, self.config.budget
+        now = time.time()
+        state.episode_deadline = now + state.budget.episode_timeout_s
+        state.start_round(0, now)
+
+    def sandbox(self, trace: vf.Trace) -> Sandbox:
+        """The sandbox over this rollout's repository (for grading)."""
+        try:
+            return self._sandboxes[trace.id]
+        except KeyError:
+            raise RuntimeError(f"rollout {trace.id} has no prepared repository") from None
+
+    async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        self._sandboxes.pop(trace.id, None)
+        state = trace.state
+        info = trace.info.setdefault("swe_bench", {})
+        info.update(steps=state.steps, tool_calls=state.records)
+        if state.box is not None and state.box.kind == "local":
+            # Commands may have left read-only directories the runtime's teardown cannot remove.
+            remove_tree(Path(state.box.repo))
+
+    @vf.stop
+    def out_of_budget(self, trace: vf.Trace) -> bool:
+        """The episode's step or time budget is used up."""
+        return trace.state.exhausted()
+
+    @vf.reward
+    async def resolved(self, trace: vf.Trace) -> float:
+        """1 if the last graded round resolved the issue (swebench's verdict)."""
+        rounds = trace.info.get("swe_bench", {}).get("rounds", [])
+        return 1.0 if rounds and rounds[-1]["resolved"] else 0.0
+
+    @vf.metric
+    async def rounds(self, trace: vf.Trace) -> float:
+        return float(len(trace.info.get("swe_bench", {}).get("rounds", [])))
+
+    @vf.metric
+    async def steps(self, trace: vf.Trace) -> float:
+        """Tool calls counted against the budget (``submit`` is free)."""
+        return float(trace.info.get("swe_bench", {}).get("steps", 0))
+
+
+class SweBenchTasksetConfig(vf.TasksetConfig):
+    task: SweBenchTaskConfig = SweBenchTaskConfig()
+    source: str = FIXTURES
+    """``fixtures`` (bundled, offline), ``verified``, ``lite``, ``full``, a Hugging Face dataset
+    id, or a local .json/.jsonl/.parquet file of SWE-bench rows."""
+    split: str = "test"
+    instance_ids: list[str] | None = None
+    """Only these instances (unknown ids are an error)."""
+
+
+class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
+    def load(self) -> list[SweBenchTask]:
+        instances = load_instances(self.config.source, self.config.split, self.config.instance_ids)
+        return [SweBenchTask(task_data(instance), self.config.task) for instance in instances]
+
+
+def task_data(instance: SweInstance) -> SweBenchTaskData:
+    """The task row: the prompt the model sees and, for an instance with an image, the container
+    (image, /testbed) with no network for the model's commands (verifiers' framework-only
+    policy; local tasks get no network from the sandbox)."""
+    container = {"image": instance.image, "workdir": "/testbed", "network_allow": []}
+    return SweBenchTaskData(
+        id=instance.instance_id,
+        name=instance.instance_id,
+        prompt=PROMPT.format(repo=instance.repo, problem_statement=instance.problem_statement.strip()),
+        instance=instance,
+        **(container if instance.image else {}),
+    )

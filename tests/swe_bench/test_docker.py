@@ -1,0 +1,196 @@
+"""Real SWE-bench instances in verifiers' docker runtime: what would be run.
+
+No docker engine runs here. A stand-in ``docker`` CLI (``fake_docker.py``) records every call and
+answers like an engine; verifiers' own ``DockerRuntime`` drives it, so the test reads the exact
+``docker`` command lines a user's machine would execute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from verifiers.v1.runtimes import provision_runtime
+from verifiers.v1.utils.compile import resolve_runtime_config
+
+from stepwise_swe_bench.box import BoxRef, UnsupportedRuntime, open_sandbox, prepare_box
+from stepwise_swe_bench.grading import grade
+from stepwise_swe_bench.instances import SweInstance, load_instances
+from stepwise_swe_bench.limits import SandboxLimits
+from stepwise_swe_bench.taskset import SweBenchTask, SweBenchTaskConfig, task_data
+
+BASE = "d16bfe05a744909de4b27f5875fe0d4ed41ce607"
+TEST_FILE = "astropy/modeling/tests/test_separable.py"
+F2P = [f"{TEST_FILE}::test_separable[compound_model6-result6]", f"{TEST_FILE}::test_separable[compound_model9-result9]"]
+P2P = [f"{TEST_FILE}::test_coord_matrix", f"{TEST_FILE}::test_cdot", f"{TEST_FILE}::test_cstack"]
+TEST_PATCH = f"""diff --git a/{TEST_FILE} b/{TEST_FILE}
+--- a/{TEST_FILE}
++++ b/{TEST_FILE}
+@@ -28,6 +28,13 @@
+ p1 = models.Polynomial1D(1, name='p1')
++
++cm_4d_expected = (np.array([False, False, True, True]),
++                  np.array([[True,  True,  False, False],
++                            [True,  True,  False, False],
++                            [False, False, True,  False],
++                            [False, False, False, True]]))
+"""
+# The shape of a SWE-bench (swebench 5) eval script.
+EVAL_SCRIPT = f"""#!/bin/bash
+set -uxo pipefail
+source /opt/miniconda3/bin/activate
+conda activate testbed
+cd /testbed
+git config --global --add safe.directory /testbed
+git status
+git -c core.fileMode=false diff {BASE}
+git checkout {BASE} {TEST_FILE}
+git apply -v - <<'EOF_114329324912'
+{TEST_PATCH}EOF_114329324912
+: '>>>>> Start Test Output'
+pytest -rA {TEST_FILE}
+: '>>>>> End Test Output'
+git checkout {BASE} {TEST_FILE}
+"""
+ROW = {
+    "instance_id": "astropy__astropy-12907",
+    "repo": "astropy/astropy",
+    "base_commit": BASE,
+    "problem_statement": "Modeling's `separability_matrix` does not compute separability correctly for nested CompoundModels",
+    "version": "4.3",
+    "patch": "diff --git a/astropy/modeling/separable.py b/astropy/modeling/separable.py\n",
+    "test_patch": TEST_PATCH,
+    "FAIL_TO_PASS": json.dumps(F2P),
+    "PASS_TO_PASS": json.dumps(P2P),
+    "eval_script": EVAL_SCRIPT,
+    "log_parser": "parse_log_pytest",
+    "eval_type": "pass_and_fail",
+    "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
+}
+IMAGE = "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+TEST_LOG = "".join(
+    [
+        "+ : '>>>>> Start Test Output'\n",
+        "+ pytest -rA astropy/modeling/tests/test_separable.py\n",
+        "============================= test session starts ==============================\n",
+        *(f"PASSED {test}\n" for test in [*P2P, *F2P]),
+        "============================== 5 passed in 0.31s ===============================\n",
+        "+ SWEBENCH_TEST_EXIT_CODE=0\n",
+        "+ : '>>>>> End Test Output'\n",
+    ]
+)
+
+
+@pytest.fixture
+def docker(tmp_path: Path, monkeypatch) -> Path:
+    """Put the stand-in ``docker`` first on PATH; return the directory of its records."""
+    records = tmp_path / "docker"
+    records.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cli = bin_dir / "docker"
+    cli.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name("fake_docker.py")} "$@"\n')
+    cli.chmod(0o755)
+    log = tmp_path / "test.log"
+    log.write_text(TEST_LOG)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_DIR", str(records))
+    monkeypatch.setenv("FAKE_DOCKER_HEAD", BASE)
+    monkeypatch.setenv("FAKE_DOCKER_EVAL_LOG", str(log))
+    return records
+
+
+def calls(records: Path) -> list[list[str]]:
+    return [json.loads(line)["argv"] for line in (records / "calls.jsonl").read_text().splitlines()]
+
+
+def test_the_instance_decides_the_image_and_workdir(tmp_path: Path):
+    row = {k: v for k, v in ROW.items()}
+    path = tmp_path / "verified.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (instance,) = load_instances(str(path))  # no image column: swebench's derived name
+    assert instance.image == IMAGE
+    task = SweBenchTask(task_data(instance), SweBenchTaskConfig())
+    config = resolve_runtime_config(vf.DockerConfig(), task)  # verifiers' own resolution
+    assert (config.image, config.workdir) == (IMAGE, "/testbed")
+    # No network for the model's commands: verifiers' framework-only policy.
+    assert config.network_restricted and (config.allow, config.block) == ([], ["*"])
+    with pytest.raises(ValueError, match="docker"):
+        resolve_runtime_config(vf.SubprocessConfig(), task)
+
+
+async def test_commands_and_grading_in_the_official_image(docker: Path):
+    instance = SweInstance.from_row({**ROW, "image": IMAGE}, "test rows")
+    task = SweBenchTask(task_data(instance), SweBenchTaskConfig())
+    limits = SandboxLimits(timeout_s=45, output_kill_bytes=1024 * 1024)
+    config = resolve_runtime_config(vf.DockerConfig(), task)
+    async with provision_runtime(config) as runtime:
+        box, sandbox = await prepare_box(runtime, instance, limits)
+        # What a rollout does after task setup: cut the container's network.
+        await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
+        command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
+        verdict = await grade(instance, sandbox, timeout_s=600, kept_log_bytes=1 << 20)
+        # The tool server's view: it borrows the container by id.
+        async with open_sandbox(BoxRef.model_validate_json(box.model_dump_json())) as tools:
+            borrowed = await tools.run("git status")
+    argvs = calls(docker)
+
+    (run,) = [a for a in argvs if a[:1] == ["run"] and "--detach" in a]
+    assert run[run.index("--entrypoint") + 1] == "sleep" and run[-2:] == [IMAGE, "infinity"]
+    container = run[run.index("--name") + 1]
+    assert {"NET_ADMIN", "NET_RAW"} <= {run[i + 1] for i, a in enumerate(run) if a == "--cap-drop"}
+    (cut,) = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
+    assert f"container:{container}" in cut and "iptables -A OUTPUT -j REJECT" in " ".join(cut)
+    assert box.kind == "docker" and box.repo == "/testbed" and box.container == "f" * 12
+
+    def sandboxed(argv: list[str]) -> list[str] | None:
+        """The command line of a sandboxed command: exec ... --workdir /testbed <c> /bin/bash -c."""
+        if argv[:1] != ["exec"] or "/bin/bash" not in argv:
+            return None
+        return argv[argv.index("/bin/bash") :]
+
+    execs = [(a, sandboxed(a)) for a in argvs if sandboxed(a)]
+    user_commands = [inner[4] for _, inner in execs]
+    assert user_commands[:2] == ["git rev-parse HEAD", "grep -n separability_matrix astropy/modeling/separable.py"]
+    outer, inner = execs[1]
+    assert outer[outer.index("--workdir") + 1] == "/testbed" and container in outer
+    wrapper = inner[2]
+    assert "ulimit -H -S -c 0 -t 120 -v 4194304" in wrapper and "timeout -k 5" in wrapper
+    assert inner[5:] == ["/testbed", "45", str(1024 * 1024 + 1)]
+    assert command.exit_code == 0 and command.output == f"ran: {user_commands[1]}\n"
+
+    # Grading: the instance's eval script (with swebench's exit-code line) is written into the
+    # container and run there; the canned log is graded by swebench.
+    (script,) = [p for p in (docker / "files").iterdir() if p.name.startswith("stepwise-eval-")]
+    assert script.read_text() == instance.test_spec().eval_script
+    assert "SWEBENCH_TEST_EXIT_CODE=$?" in script.read_text()
+    (grading,) = [inner for _, inner in execs if inner[4] == f"bash /tmp/{script.name}; status=$?; rm -f /tmp/{script.name}; exit $status"]
+    assert "ulimit -H -S -c 0 -t 600 " in grading[2]  # a test process may use the whole run's CPU
+    assert grading[5:7] == ["/testbed", "600"]
+    assert verdict.resolved and verdict.status == "RESOLVED_FULL"
+    assert sorted(verdict.fail_to_pass["success"]) == sorted(F2P)
+
+    # The tool server reached the same container by its id.
+    assert borrowed.output == "ran: git status\n"
+    assert any(a[:1] == ["exec"] and "f" * 12 in a and "git status" in a for a in argvs)
+    assert ["rm", "--force", container] in argvs
+
+
+async def test_runtimes_that_cannot_host_the_tools_are_refused():
+    instance = SweInstance.from_row({**ROW, "image": IMAGE}, "test rows")
+
+    class Remote:
+        type = "modal"
+
+    class Local:
+        type = "subprocess"
+
+    with pytest.raises(UnsupportedRuntime, match="'modal' runtime cannot host"):
+        await prepare_box(Remote(), instance, SandboxLimits())
+    with pytest.raises(UnsupportedRuntime, match="use a container runtime"):
+        await prepare_box(Local(), instance, SandboxLimits())
+    assert load_instances()[0].image is None  # bundled tasks run locally

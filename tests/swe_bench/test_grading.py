@@ -1,0 +1,97 @@
+"""The bundled tasks are real: hidden tests fail at the base commit and pass with the fix, and
+grading is swebench's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from stepwise_swe_bench.fixtures import materialize
+from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
+from stepwise_swe_bench.instances import SweInstance, load_instances
+from stepwise_swe_bench.limits import SandboxLimits
+from stepwise_swe_bench.sandbox import BwrapSandbox
+
+INSTANCES = {i.instance_id: i for i in load_instances()}
+
+
+def workspace(tmp_path: Path, instance_id: str) -> tuple[SweInstance, BwrapSandbox]:
+    instance = INSTANCES[instance_id]
+    repo = tmp_path / "repo"
+    materialize(instance, repo)
+    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30))
+
+
+def graded(instance: SweInstance, sandbox: BwrapSandbox, timeout_s: float = 60):
+    return asyncio.run(grade(instance, sandbox, timeout_s=timeout_s, kept_log_bytes=1 << 20))
+
+
+def sh(sandbox: BwrapSandbox, command: str, stdin: bytes | None = None):
+    result = asyncio.run(sandbox.run(command, stdin=stdin))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("instance_id", sorted(INSTANCES))
+def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instance_id: str):
+    instance, sandbox = workspace(tmp_path, instance_id)
+    assert sh(sandbox, "git rev-parse HEAD; git status --porcelain") == f"{instance.base_commit}\n"
+
+    before = graded(instance, sandbox)
+    assert (before.status, before.resolved, before.log_parsed) == ("RESOLVED_NO", False, True)
+    assert sorted(before.fail_to_pass["failure"]) == sorted(instance.FAIL_TO_PASS)
+    assert sorted(before.pass_to_pass["success"]) == sorted(instance.PASS_TO_PASS)
+    assert round_reward(before, "resolved") == round_reward(before, "partial") == 0.0
+
+    sh(sandbox, "git apply -", stdin=instance.patch.encode())
+    after = graded(instance, sandbox)
+    assert (after.status, after.resolved) == ("RESOLVED_FULL", True)
+    assert round_reward(after, "resolved") == round_reward(after, "partial") == 1.0
+    # Grading ran on a copy: the model's repository holds only the fix, never the hidden tests.
+    assert asyncio.run(model_patch(sandbox, instance.base_commit)).strip() == instance.patch.strip()
+
+
+def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path):
+    instance, sandbox = workspace(tmp_path, "stepwise__slugs-21")
+    # Collapse runs of separators, but still leave them at the ends: 2 of 3 hidden tests pass.
+    sh(sandbox, "sed -i 's/\\[^A-Za-z0-9\\]/[^A-Za-z0-9]+/' slugs/slugify.py")
+    result = graded(instance, sandbox)
+    assert result.status == "RESOLVED_PARTIAL" and not result.resolved
+    assert result.fail_to_pass["failure"] == ["tests/test_slugify.py::test_no_separator_at_the_ends"]
+    assert round_reward(result, "partial") == pytest.approx(2 / 3)
+    assert round_reward(result, "resolved") == 0.0
+    message = feedback(result, round_index=0, rounds_left=1, max_log_chars=2000)
+    assert "2/3 pass" in message and "test_no_separator_at_the_ends" in message
+    assert "1 round left" in message and "AssertionError" in message
+
+
+def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path):
+    instance, sandbox = workspace(tmp_path, "stepwise__intervals-1")
+    # Merges touching intervals, and wrongly also (1, 2) with (3, 5).
+    sh(sandbox, "sed -i 's/start < merged\\[-1\\]\\[1\\]/start <= merged[-1][1] + 1/' intervals/core.py")
+    result = graded(instance, sandbox)
+    assert result.fail_to_pass["failure"] == [] and not result.resolved
+    assert result.pass_to_pass["failure"] == ["tests/test_core.py::test_merge_disjoint"]
+    assert round_reward(result, "partial") == round_reward(result, "resolved") == 0.0
+    assert "now fail:\n- tests/test_core.py::test_merge_disjoint" in feedback(
+        result, round_index=0, rounds_left=1, max_log_chars=100
+    )
+
+
+def test_code_run_by_the_tests_cannot_keep_the_hidden_tests(tmp_path: Path):
+    instance, sandbox = workspace(tmp_path, "stepwise__pager-3")
+    sh(sandbox, "printf 'import shutil\\nshutil.copytree(\"tests\", \"stolen\")\\n' > conftest.py")
+    graded(instance, sandbox)
+    assert not (sandbox.repo / "stolen").exists()
+    assert "test_exact_multiple" not in (sandbox.repo / "tests" / "test_pages.py").read_text()
+
+
+def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path):
+    instance, sandbox = workspace(tmp_path, "stepwise__semverlite-12")
+    sh(sandbox, "printf 'while True:\\n    pass\\n' >> semverlite/__init__.py")
+    result = graded(instance, sandbox, timeout_s=3)
+    assert not result.log_parsed and result.run["termination"] == "timeout"
+    assert round_reward(result, "partial") == 0.0
+    assert "could not be run" in feedback(result, round_index=1, rounds_left=0, max_log_chars=100)

@@ -1,0 +1,233 @@
+"""Each attack is a command a model could send; each must fail safely, be recorded, and leave
+the sandbox usable for the next command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from stepwise_swe_bench.limits import SandboxLimits
+from stepwise_swe_bench.sandbox import UNPRIVILEGED_ID, BwrapSandbox
+
+from .conftest import loopback_server
+
+
+def run(sandbox: BwrapSandbox, command: str, **kwargs):
+    return asyncio.run(sandbox.run(command, **kwargs))
+
+
+def still_usable(sandbox: BwrapSandbox) -> None:
+    result = run(sandbox, "cat hello.txt")
+    assert (result.exit_code, result.output) == (0, "hello\n")
+
+
+def test_writes_outside_the_workdir_fail(sandbox: BwrapSandbox, repo: Path, tmp_path: Path):
+    outside = tmp_path / "outside.txt"
+    venv_file = Path(os.__file__).parent / "pwned.txt"
+    result = run(
+        sandbox,
+        f"echo pwned > {outside}; echo pwned > ../pwned; echo pwned > /usr/pwned; "
+        f"echo pwned > {venv_file}; echo pwned > /etc/pwned; ln -s {outside} link; "
+        "echo pwned > link; echo done",
+    )
+    assert result.exit_code == 0 and result.output.endswith("done\n")
+    assert "Read-only file system" in result.output or "Permission denied" in result.output
+    assert not outside.exists() and not venv_file.exists()
+    assert not Path("/usr/pwned").exists() and not Path("/etc/pwned").exists()
+    # The symlink points into the sandbox's own view, where that path does not exist.
+    assert (repo / "link").is_symlink() and not outside.exists()
+    still_usable(sandbox)
+
+
+def test_host_loopback_server_is_unreachable(sandbox: BwrapSandbox):
+    with loopback_server() as (port, accepted):
+        result = run(
+            sandbox,
+            f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
+            f"echo x > /dev/tcp/127.0.0.1/{port}; echo x > /dev/tcp/10.0.0.1/80; "
+            "python -c \"import socket; print(socket.if_nameindex())\"",
+        )
+    assert not accepted
+    assert "Connection refused" in result.output
+    assert "Network is unreachable" in result.output
+    assert "(1, 'lo')" in result.output and "eth" not in result.output
+    still_usable(sandbox)
+
+
+def test_host_environment_secrets_are_invisible(sandbox: BwrapSandbox, monkeypatch):
+    secret = "sk-test-7f3a9c1e5b"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("SWE_BENCH_DB_PASSWORD", secret)
+    result = run(
+        sandbox,
+        f"env; cat /proc/{os.getpid()}/environ; cat /proc/*/environ; ls /proc | head -20; "
+        "ls ~ /root; cat /etc/shadow",
+    )
+    assert secret not in result.output
+    # A fresh PID namespace: the host's processes (this one included) are not there.
+    pids = asyncio.run(sandbox.run("ls /proc")).output.split()
+    assert max(int(p) for p in pids if p.isdigit()) < 20
+    still_usable(sandbox)
+
+
+def test_fork_bomb_is_contained(repo: Path):
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=4, processes=64))
+    before = sandbox_processes()
+    start = time.monotonic()
+    result = run(sandbox, ":(){ :|:& };:; sleep 30")
+    assert result.termination == "timeout"
+    assert time.monotonic() - start < 15
+    assert "Resource temporarily unavailable" in result.output
+    # Nothing of the bomb survives the sandbox.
+    time.sleep(0.2)
+    assert sandbox_processes() - before == set()
+    still_usable(sandbox)
+
+
+def test_infinite_loop_is_killed_at_the_time_limit(sandbox: BwrapSandbox):
+    start = time.monotonic()
+    result = run(sandbox, "while :; do :; done", timeout_s=1.5)
+    assert result.termination == "timeout" and result.exit_code < 0
+    assert 1.5 <= time.monotonic() - start < 8
+    assert "time limit" in result.describe()
+    still_usable(sandbox)
+
+
+def test_cpu_time_limit_kills_a_busy_process(repo: Path):
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30, cpu_s=1))
+    result = run(sandbox, "while :; do :; done")
+    assert result.termination == "exit" and result.exit_code in (128 + 9, 128 + 24)
+    assert result.duration_s < 15
+
+
+def test_a_gigabyte_of_output_is_capped_while_streaming(sandbox: BwrapSandbox):
+    result = run(sandbox, "head -c 1G /dev/zero | tr '\\0' x; echo never")
+    assert result.termination == "output_limit"
+    assert result.output_bytes <= sandbox.limits.output_kill_bytes + 64 * 1024
+    assert len(result.output) < sandbox.limits.output_kept_bytes + 200
+    assert "bytes of output omitted" in result.output and "never" not in result.output
+    still_usable(sandbox)
+
+
+def test_file_size_and_memory_limits(repo: Path):
+    sandbox = BwrapSandbox(repo, SandboxLimits(file_size_mb=1, memory_mb=512))
+    big = run(sandbox, "head -c 5M /dev/zero > big.bin; echo status=$?")
+    assert (repo / "big.bin").stat().st_size == 1024 * 1024
+    assert "status=153" in big.output  # 128 + SIGXFSZ
+    memory = run(sandbox, "python -c \"b = bytearray(2 * 1024**3)\"")
+    assert memory.exit_code != 0 and "MemoryError" in memory.output
+
+
+def test_commands_run_unprivileged(sandbox: BwrapSandbox, repo: Path):
+    result = run(sandbox, "touch made.txt; id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status")
+    assert "0000000000000000" in result.output and "NoNewPrivs:\t1" in result.output
+    if os.geteuid() == 0:
+        assert (repo / "made.txt").stat().st_uid == UNPRIVILEGED_ID
+
+
+def sandbox_processes() -> set[int]:
+    """Host pids owned by the uid sandboxed commands run as."""
+    uid = UNPRIVILEGED_ID if os.geteuid() == 0 else os.geteuid()
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and proc.stat().st_uid == uid:
+                found.add(int(proc.name))
+        except FileNotFoundError:
+            continue
+    return found
+
+
+UNPRIVILEGED_CHILD = r"""
+import asyncio, json, os, sys
+from pathlib import Path
+
+import pytest
+from stepwise_swe_bench.limits import SandboxLimits
+from stepwise_swe_bench.sandbox import BwrapSandbox
+repo = Path(sys.argv[1])
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=4, processes=32), python=Path("/usr/bin/python3"))
+async def main():
+    results = {}
+    for name, command in {
+        "identity": "id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status; echo hi > made.txt",
+        "outside": "echo x > /usr/x; echo x > /tmp/../etc/x; echo rc=$?",
+        "fork_bomb": ":(){ :|:& };:; sleep 30",
+        "nested_userns": "unshare --user true; echo rc=$?",
+    }.items():
+        result = await sandbox.run(command)
+        results[name] = [result.termination, result.output]
+    print(json.dumps(results))
+asyncio.run(main())
+"""
+
+
+def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
+    """The path every non-root user takes: bwrap in a new user namespace. Here it is exercised
+    by dropping to an unprivileged uid first (a no-op drop when the suite is not root)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0:
+        repo = tmp_path
+    else:
+        repo = Path(tempfile.mkdtemp(dir="/tmp"))
+        os.chmod(repo, 0o755)
+        os.chown(repo, UNPRIVILEGED_ID, UNPRIVILEGED_ID)
+    script = UNPRIVILEGED_CHILD if os.geteuid() == 0 else UNPRIVILEGED_CHILD.replace(
+        "os.setgroups([])\nos.setresgid(65534, 65534, 65534)\nos.setresuid(65534, 65534, 65534)\n", ""
+    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", script, str(repo)], capture_output=True, text=True, timeout=120
+        )
+        assert child.returncode == 0, child.stderr
+        results = json.loads(child.stdout)
+    finally:
+        if repo != tmp_path:
+            subprocess.run(["rm", "-rf", str(repo)], check=True)
+    identity = results["identity"][1]
+    assert identity.splitlines()[0] == "1000"  # the uid inside the namespace
+    assert "CapEff:\t0000000000000000" in identity and "NoNewPrivs:\t1" in identity
+    assert "Read-only file system" in results["outside"][1]
+    assert results["fork_bomb"][0] == "timeout"
+    assert "Resource temporarily unavailable" in results["fork_bomb"][1]
+    assert "rc=1" in results["nested_userns"][1], results["nested_userns"]
+
+
+def test_the_sandbox_sees_only_what_is_listed(sandbox: BwrapSandbox):
+    etc = run(sandbox, "ls -A /etc").output.split()
+    assert set(etc) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group", "hosts"}
+    assert {"passwd", "group", "hosts"} <= set(etc)
+    names = {line.split("=", 1)[0] for line in run(sandbox, "env -0 | tr '\\0' '\\n'").output.splitlines() if "=" in line}
+    assert names - {"PWD", "OLDPWD", "SHLVL", "_"} == {  # set by bash itself
+        "PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "PAGER", "GIT_PAGER",
+        "PYTHONDONTWRITEBYTECODE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+    }  # fmt: skip
+    # Besides the system directories, only mount points of the bound Python environment.
+    top = set(run(sandbox, "ls -A /").output.split())
+    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "etc", "proc", "testbed", "tmp", "usr"}
+    assert {"testbed", "tmp", "usr", "etc", "proc", "dev"} <= top
+    assert top - system <= {prefix.parts[1] for prefix in sandbox.python_prefixes}
+
+
+def test_missing_bubblewrap_refuses_with_install_instructions(repo: Path, monkeypatch, tmp_path: Path):
+    from stepwise_swe_bench import sandbox as module
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    module._bwrap.cache_clear()
+    try:
+        with pytest.raises(module.SandboxUnavailable) as error:
+            BwrapSandbox(repo)
+    finally:
+        module._bwrap.cache_clear()
+    assert "apt-get install -y bubblewrap" in str(error.value) and "will not run" in str(error.value)
