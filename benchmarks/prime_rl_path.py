@@ -1,0 +1,168 @@
+"""The prime-rl path: stepwise credit vs a plain reward-minus-mean broadcast, same episodes.
+
+1,024 groups × 16 episodes of 1–8 turns each, built as verifiers v1 traces with token ids
+(32–256 sampled tokens per turn by default; ``--tokens MIN MAX``). prime-rl hands its algorithm one group at a time, so both
+paths run group by group, as prime-rl would call them:
+
+- stepwise: ``StepwiseAlgorithm.score_group`` (``verifiers_stepwise.hosts.prime_rl``; without
+  prime-rl installed, the one call it makes, ``credit.score_group``): per-turn rewards from
+  ``trace.info``, the ``stepwise`` estimator, ``node.advantages`` per turn.
+- reference: reward minus group mean broadcast to every sampled token of the trace — prime-rl's
+  GRPO written as plain Python (``GRPOAlgorithm`` itself is also timed when prime-rl is
+  installed).
+
+Prints the median seconds per pass over all groups and the median per-repeat ratio
+(target ≤ 1.5×). The paths alternate within each repeat, since this machine is shared, and
+the garbage collector is off while timing, as in ``timeit``.
+
+    python benchmarks/prime_rl_path.py [--groups 1024] [--tokens 32 256] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import random
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import verifiers.v1 as vf  # noqa: E402
+
+from verifiers_stepwise import get_estimator  # noqa: E402
+from verifiers_stepwise.credit import score_group  # noqa: E402
+from verifiers_stepwise.testing.traces import TraceBuilder  # noqa: E402
+from verifiers_stepwise.turns import append_turn  # noqa: E402
+
+
+def build_groups(
+    n_groups: int, group_size: int, max_turns: int, tokens: tuple[int, int], seed: int
+) -> list[list[vf.Episode]]:
+    """Episodes of 1..max_turns turns, each turn one sampled node of ``tokens`` sampled tokens.
+
+    Committing turns through verifiers' graph takes milliseconds, so 64 template traces are
+    built that way and every episode is a fresh copy of one (parsed from its JSON), with its
+    own random turn rewards; the trace reward is its last turn's reward.
+    """
+    rng = random.Random(seed)
+    templates: dict[int, list[str]] = {}
+    for n_turns in range(1, max_turns + 1):
+        for _ in range(8):
+            b = TraceBuilder(prompt="Solve the task and show the answer.")
+            for t in range(n_turns):
+                if t:
+                    b.add(vf.UserMessage(content="Not yet right, try again."))
+                append_turn(b.trace, 0.0, [b.sample("an attempt", n_tokens=rng.randint(*tokens))])
+            templates.setdefault(n_turns, []).append(b.episode(reward=0.0).model_dump_json())
+    groups = []
+    for _ in range(n_groups):
+        episodes = []
+        for _ in range(group_size):
+            episode = vf.Episode.model_validate_json(rng.choice(templates[rng.randint(1, max_turns)]))
+            trace = episode.traces[0]
+            rewards = [rng.choice([0.0, 0.25, 0.5, 1.0]) for _ in trace.info["turn_rewards"]]
+            trace.info["turn_rewards"] = rewards
+            trace.record_reward("reward", rewards[-1])
+            episodes.append(episode)
+        groups.append(episodes)
+    return groups
+
+
+def reward_minus_mean(episodes: list[vf.Episode]) -> None:
+    """prime-rl's GRPO (grpo.py + routing.assign_advantages) as plain Python."""
+    traces = [trace for episode in episodes for trace in episode.traces]
+    rewards = [trace.reward for trace in traces]
+    mean = sum(rewards) / len(rewards)
+    for trace, reward in zip(traces, rewards):
+        advantage = reward - mean
+        for node in trace.nodes:
+            sampled = sum(node.mask)
+            if sampled:
+                node.advantages = [advantage] * sampled
+
+
+def paired_medians(paths: dict, repeats: int) -> tuple[dict[str, float], float]:
+    """Median seconds per path, the paths taking turns within each repeat so that a load
+    change on the machine hits them alike; and the median of the per-repeat ratios of the
+    first path to the second."""
+    for run in paths.values():
+        run()  # warm up
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    gc.collect()
+    gc.disable()  # as timeit does: millions of live token objects make collections dominate
+    try:
+        for _ in range(repeats):
+            for name, run in paths.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    first, second = list(times.values())[:2]
+    ratio = statistics.median(a / b for a, b in zip(first, second))
+    return {name: statistics.median(t) for name, t in times.items()}, ratio
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=1024)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument("--tokens", type=int, nargs=2, default=(32, 256), metavar=("MIN", "MAX"))
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    groups = build_groups(args.groups, args.group_size, args.max_turns, tuple(args.tokens), seed=0)
+    turns = sum(len(e.traces[0].info["turn_rewards"]) for g in groups for e in g)
+    tokens = sum(sum(n.mask) for g in groups for e in g for n in e.traces[0].nodes)
+    print(
+        f"{args.groups} groups x {args.group_size} episodes, {turns} turns, {tokens} sampled tokens "
+        f"({args.tokens[0]}-{args.tokens[1]} per turn; built in {time.perf_counter() - start:.1f} s)"
+    )
+
+    def reference() -> None:
+        for group in groups:
+            reward_minus_mean(group)
+
+    paths = {}
+    if importlib.util.find_spec("prime_rl") is not None:
+        from prime_rl.configs.algorithm import GRPOAlgoConfig
+        from prime_rl.orchestrator.algo import GRPOAlgorithm
+
+        from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm
+
+        algorithm = StepwiseAlgorithm(StepwiseAlgoConfig(gamma=0.4), policy_pool=None)
+        grpo = GRPOAlgorithm(GRPOAlgoConfig(), policy_pool=None)
+        paths["stepwise: StepwiseAlgorithm.score_group"] = lambda: [
+            _drive(algorithm.score_group(group)) for group in groups
+        ]
+        paths["reward-minus-mean broadcast"] = reference
+        paths["prime-rl GRPOAlgorithm.score_group"] = lambda: [_drive(grpo.score_group(g)) for g in groups]
+    else:
+        estimator = get_estimator("stepwise", gamma=0.4)
+        paths["stepwise: credit.score_group (StepwiseAlgorithm's one call)"] = lambda: [
+            score_group(group, estimator) for group in groups
+        ]
+        paths["reward-minus-mean broadcast"] = reference
+
+    medians, ratio = paired_medians(paths, args.repeats)
+    for name, seconds in medians.items():
+        print(f"{name:<60} {seconds:8.3f} s")
+    print(f"ratio stepwise / reward-minus-mean broadcast: {ratio:.2f}x (target <= 1.5x)")
+
+
+def _drive(coroutine) -> None:
+    """Run a coroutine that never awaits anything (score_group does no I/O) without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    raise RuntimeError("score_group awaited something; run it in an event loop")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""prime-rl adapter, on verifiers 0.4.0's real ``vf.Episode`` traces (built with token ids).
+
+Where prime-rl is installed (it is git-only; checked against 559b447) everything runs against
+it: its ``Algorithm`` base, ``GRPOAlgorithm`` for the equivalence, its config models and TOML
+loader for registration, its ``rl`` launcher (``--dry-run``), and its trace compiler and
+zero-advantage filter. Without it, the algorithm runs on a stand-in for prime-rl's two base
+classes (``tests/hosts/prime_rl_standin.py``), GRPO is prime-rl's formula written out below,
+and the tests that need prime-rl itself are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tests.hosts.conftest import REAL_PRIME_RL
+from verifiers_stepwise import get_estimator
+from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm, main
+from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.turns import TurnSchemaError, append_turn
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_prime_rl = pytest.mark.skipif(
+    not REAL_PRIME_RL, reason="prime-rl is not installed (git only, not on PyPI)"
+)
+
+
+def single_turn(reward: float, n_tokens: int = 3) -> vf.Episode:
+    b = TraceBuilder()
+    b.sample("the answer", n_tokens=n_tokens)
+    return b.episode(reward=reward)
+
+
+def multi_turn(rewards: list[float], tool_turn: int | None = 1) -> vf.Episode:
+    """One trace with a turn per reward; turn ``tool_turn`` makes a tool call first."""
+    b = TraceBuilder()
+    for t, reward in enumerate(rewards):
+        if t:
+            b.add(vf.UserMessage(content=f"feedback on attempt {t}"))
+        nodes = []
+        if t == tool_turn:
+            nodes.append(b.sample(None, tool_calls=[vf.ToolCall(id=f"c{t}", name="run", arguments="{}")]))
+            b.add(vf.ToolMessage(tool_call_id=f"c{t}", content="tool output"))
+        nodes.append(b.sample(f"attempt {t}", n_tokens=2 + t))
+        append_turn(b.trace, reward, nodes)
+    return b.episode(reward=rewards[-1])
+
+
+def algorithm(**config) -> StepwiseAlgorithm:
+    return StepwiseAlgorithm(StepwiseAlgoConfig(**config), policy_pool=None)
+
+
+STEPWISE_NONE = algorithm(scale="none")
+ALGORITHMS: dict = {}  # one algorithm per option set: building looks up the entry points
+
+
+def score(algo, episodes: list[vf.Episode]) -> list[vf.Episode]:
+    asyncio.run(algo.finalize_group(episodes))
+    return episodes
+
+
+def node_advantages(episodes: list[vf.Episode]) -> list[list[list[float] | None]]:
+    return [[node.advantages for node in e.traces[0].nodes] for e in episodes]
+
+
+def prime_rl_grpo(episodes: list[vf.Episode]) -> list[vf.Episode]:
+    """prime-rl's own GRPO (``GRPOAlgorithm``) where installed, else its formula: rewards
+    minus their mean in float32, broadcast to every sampled token (grpo.py, routing.py)."""
+    if REAL_PRIME_RL:
+        from prime_rl.configs.algorithm import GRPOAlgoConfig
+        from prime_rl.orchestrator.algo import GRPOAlgorithm
+
+        asyncio.run(GRPOAlgorithm(GRPOAlgoConfig(), None).finalize_group(episodes))
+        return episodes
+    import torch
+
+    rewards = torch.tensor([e.traces[0].reward for e in episodes], dtype=torch.float32)
+    for episode, advantage in zip(episodes, (rewards - rewards.mean()).tolist()):
+        for node in episode.traces[0].nodes:
+            if any(node.mask):
+                node.advantages = [advantage] * sum(node.mask)
+    return episodes
+
+
+# -- one turn per rollout: prime-rl's GRPO --------------------------------------------------------
+
+dyadic = st.integers(-32, 32).map(lambda k: k / 8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rewards=st.integers(0, 4).flatmap(lambda k: st.lists(dyadic, min_size=2**k, max_size=2**k)),
+    tokens=st.integers(1, 5),
+)
+def test_single_turn_reproduces_prime_rls_grpo(rewards, tokens):
+    # Group sizes 1..16 and rewards in eighths: prime-rl's float32 mean is exact, so the
+    # comparison is bit for bit.
+    theirs = prime_rl_grpo([single_turn(r, tokens) for r in rewards])
+    ours = score(STEPWISE_NONE, [single_turn(r, tokens) for r in rewards])
+    assert node_advantages(ours) == node_advantages(theirs)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rewards=st.lists(st.floats(-100, 100, allow_nan=False), min_size=2, max_size=9))
+def test_single_turn_matches_prime_rls_grpo_within_float32(rewards):
+    theirs = node_advantages(prime_rl_grpo([single_turn(r) for r in rewards]))
+    ours = node_advantages(score(STEPWISE_NONE, [single_turn(r) for r in rewards]))
+    for mine, reference in zip(ours, theirs):
+        sampled = [(a, b) for a, b in zip(mine, reference) if b is not None]
+        assert [a for a, _ in sampled] == [pytest.approx(b, rel=1e-5, abs=1e-4) for _, b in sampled]
+
+
+# -- several turns: each turn's tokens carry that turn's advantage ----------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    groups=st.lists(st.lists(dyadic, min_size=1, max_size=4), min_size=1, max_size=5),
+    options=st.sampled_from([{}, {"gamma": 0.9, "baseline": "per_turn"}, {"aggregation": "max", "scale": "none"}]),
+)
+def test_each_turns_tokens_carry_that_turns_advantage(groups, options):
+    algo = ALGORITHMS.setdefault(tuple(options.items()), algorithm(**options))
+    episodes = score(algo, [multi_turn(rewards) for rewards in groups])
+    expected = algo.estimator(groups)
+    for episode, values in zip(episodes, expected):
+        trace = episode.traces[0]
+        for t, nodes in enumerate(trace.info["turn_nodes"]):
+            for i in nodes:
+                assert trace.nodes[i].advantages == [values[t]] * sum(trace.nodes[i].mask)
+        assert all(node.advantages is None for node in trace.nodes if not node.sampled)
+
+
+def test_trace_without_turn_rewards_scores_its_reward_on_the_last_turn():
+    b = TraceBuilder()
+    first = b.sample("draft")
+    b.add(vf.UserMessage(content="improve it"))
+    last = b.sample("final")
+    plain = b.episode(reward=1.0)  # no turn_rewards: two sampled nodes, two turns
+    other = multi_turn([0.0, 0.5], tool_turn=None)
+    score(algorithm(gamma=1.0), [plain, other])
+    expected = get_estimator("stepwise", gamma=1.0)([[0.0, 1.0], [0.0, 0.5]])
+    assert plain.traces[0].nodes[first].advantages[0] == expected[0][0]
+    assert plain.traces[0].nodes[last].advantages[0] == expected[0][1]
+
+    with pytest.raises(TurnSchemaError, match="no turn_rewards"):
+        score(algorithm(missing="error"), [single_turn(1.0), single_turn(0.0)])
+
+
+def test_zero_advantage_turns_carry_exact_zeros():
+    # gamma 0, per-turn baseline: turn 0 is equal across the group, turn 1 is not.
+    episodes = score(algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0], None), multi_turn([0.5, 0.0], None)])
+    for episode, sign in zip(episodes, (1, -1)):
+        turn0, turn1 = (episode.traces[0].nodes[i] for (i,) in episode.traces[0].info["turn_nodes"])
+        assert set(turn0.advantages) == {0.0}
+        assert all(a * sign > 0 for a in turn1.advantages)
+
+
+def test_config_fields_are_validated_by_name():
+    with pytest.raises(ValidationError, match="no advantage estimator named 'nope'"):
+        StepwiseAlgoConfig(estimator="nope")
+    with pytest.raises(ValidationError, match="field 'gamma'"):
+        StepwiseAlgoConfig(gamma=1.5)
+    with pytest.raises(ValidationError, match="GRPO config: field 'gamma': unknown field"):
+        StepwiseAlgoConfig(estimator="grpo", gamma=0.5)
+    with pytest.raises(ValidationError, match="missing"):
+        StepwiseAlgoConfig(missing="skip")
+    assert StepwiseAlgoConfig().type == "stepwise"
+
+
+def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
+    algo = algorithm(estimator="last-turn-only", options={"bonus": 0.5})
+    assert isinstance(algo.estimator, third_party_estimator)
+    episodes = score(algo, [multi_turn([0.0, 1.0], None), multi_turn([0.5], None)])
+    assert [e.traces[0].info["turn_credit"]["advantages"] for e in episodes] == [[0.0, 0.75], [0.25]]
+
+
+def test_entry_point_wrapper_names_what_it_runs():
+    with pytest.raises(SystemExit, match="usage: .* {rl,orchestrator}"):
+        main(["trainer"])
+
+
+# -- against prime-rl itself --------------------------------------------------------------------------
+
+
+def readme_toml() -> str:
+    section = (ROOT / "README.md").read_text().split("### prime-rl", 1)[1].split("\n### ", 1)[0]
+    return re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+
+
+@needs_prime_rl
+def test_registration_makes_the_readme_toml_valid(tmp_path):
+    import tomli_w
+    from prime_rl.configs.orchestrator import OrchestratorConfig
+    from prime_rl.orchestrator.algo import build_algorithm
+    from prime_rl.utils.config import cli
+
+    from verifiers_stepwise.hosts.prime_rl import register
+
+    register()
+    register()  # idempotent
+    # The README's [orchestrator] tables, as the orchestrator's own config file.
+    orchestrator = tomllib.loads(readme_toml())["orchestrator"]
+    (tmp_path / "orchestrator.toml").write_text(tomli_w.dumps(orchestrator))
+    config = cli(OrchestratorConfig, args=["@", str(tmp_path / "orchestrator.toml")])
+    assert isinstance(config.algo, StepwiseAlgoConfig)
+    assert all(isinstance(source.algo, StepwiseAlgoConfig) for source in config.train.source)
+    assert config.train.filter_zero_advantages  # prime-rl's default, documented
+    algo = build_algorithm(config.algo, policy_pool=None)
+    assert isinstance(algo, StepwiseAlgorithm)
+    with pytest.raises(ValidationError, match="'stepwise'"):
+        OrchestratorConfig.model_validate({"algo": {"type": "stepwize"}})
+
+
+@needs_prime_rl
+def test_rl_launcher_dry_run_with_the_readme_toml(tmp_path, monkeypatch):
+    config = tmp_path / "rl.toml"
+    config.write_text(f'output_dir = "{tmp_path / "out"}"\n{readme_toml()}')
+    monkeypatch.setattr(sys, "argv", sys.argv[:])
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    for name in ("PRL_RUN_ID", "PRL_RUN_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    # prime-rl's own `rl` launcher: parses rl.toml, writes each process's config, stops.
+    main(["rl", "@", str(config), "--dry-run"])
+    (written,) = (tmp_path / "out").rglob("orchestrator.json")
+    algo = json.loads(written.read_text())["algo"]
+    assert algo["type"] == "stepwise" and algo["scale"] == "none"
+    # The orchestrator process it would start runs `orchestrator` from PATH: this wrapper.
+    shim = Path(shutil.which("orchestrator"))
+    assert f"-m verifiers_stepwise.hosts.prime_rl orchestrator" in shim.read_text()
+    from prime_rl.configs.orchestrator import OrchestratorConfig
+    from prime_rl.utils.config import cli
+
+    assert isinstance(cli(OrchestratorConfig, args=["@", str(written)]).algo, StepwiseAlgoConfig)
+
+
+@needs_prime_rl
+def test_prime_rls_zero_advantage_filter_drops_only_zero_turns():
+    from prime_rl.orchestrator.train_sink import _prune_zero_advantages
+    from prime_rl.transports.rollouts import TrainingSample
+
+    def compiled(trace: vf.Trace) -> TrainingSample:
+        # The RL fields prime-rl's trace_to_samples takes from each branch (at 559b447 it also
+        # reads Branch.multi_modal_data, which verifiers 0.4.0 no longer has).
+        (branch,) = trace.branches
+        return TrainingSample(
+            token_ids=branch.token_ids, mask=branch.sampled_mask, logprobs=branch.logprobs,
+            temperatures=[], env_name="refine", advantages=branch.advantages,
+        )
+
+    episodes = score(
+        algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0], None), multi_turn([0.5, 0.0], None)]
+    )
+    for episode in episodes:
+        trace = episode.traces[0]
+        sample = compiled(trace)
+        assert _prune_zero_advantages(sample)  # the trace still trains
+        trained = [w != 0.0 for w, m in zip(sample.rl_weights, sample.mask) if m]
+        turn0, turn1 = (trace.nodes[i] for (i,) in trace.info["turn_nodes"])
+        assert trained == [False] * sum(turn0.mask) + [True] * sum(turn1.mask)
+
+    flat = score(algorithm(), [single_turn(1.0), single_turn(1.0)])  # no credit anywhere
+    assert not any(_prune_zero_advantages(compiled(e.traces[0])) for e in flat)

@@ -1,0 +1,243 @@
+"""prime-rl: a stepwise ``Algorithm`` for the orchestrator, selected with ``type = "stepwise"``.
+
+Checked against PrimeIntellect-ai/prime-rl 559b447 (2026-08-21; prime-rl is not on PyPI).
+
+Shapes translated: prime-rl hands an algorithm one group of verifiers v1 episodes
+(``Algorithm.score_group(episodes)``) and trains on ``node.advantages`` (one value per sampled
+token of each sampled node), so the algorithm is one call to ``credit.score_group``:
+
+    trace.info["turn_rewards"] (and "turn_nodes")          per-turn rewards of each trace
+      → the estimator registered under ``estimator``       per-turn advantages
+      → node.advantages = [A_t] * sampled tokens           on turn t's sampled nodes only
+
+A trace without ``turn_rewards`` is scored with its trace reward as a final-turn reward
+(``missing = "final_turn"``: every sampled node is a turn, earlier ones with reward 0), so a
+single-turn env gets exactly prime-rl's GRPO with ``scale = "none"``; ``missing = "error"``
+rejects such traces instead. Errored traces get no advantages and stay out of the baseline
+(see ``verifiers_stepwise.credit``).
+
+prime-rl's algorithm set is closed: a pydantic discriminated union ``AlgoConfig`` used by
+``OrchestratorConfig.algo`` and ``TrainSourceConfig.algo``, and the dict ``ALGORITHM_CLASSES``
+that ``build_algorithm`` reads. ``register()`` adds ``StepwiseAlgoConfig`` to that union (on
+every prime-rl config model whose fields use it, and the models that contain those) and
+``StepwiseAlgorithm`` to the dict, in the calling process. Run prime-rl's entry points through
+``python -m verifiers_stepwise.hosts.prime_rl <entry point> …`` so that both the ``rl``
+launcher and the ``orchestrator`` it starts register first.
+
+With ``orchestrator.train.filter_zero_advantages = true`` (prime-rl's default) prime-rl drops
+RL tokens whose advantage is exactly 0 before training. Here that happens per turn: a turn
+whose advantage is 0 leaves the RL loss, the other turns of the same trace still train.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import types
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+
+import verifiers.v1 as vf
+from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
+from prime_rl.orchestrator.algo.base import Algorithm
+from pydantic import BaseModel, Field, model_validator
+
+from verifiers_stepwise.baselines import Scale
+from verifiers_stepwise.credit import Missing, score_group
+from verifiers_stepwise.estimators import Baseline, Estimator
+from verifiers_stepwise.hosts import estimator_from
+from verifiers_stepwise.returns import Aggregation
+
+__all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
+
+TYPE = "stepwise"
+
+
+class StepwiseAlgoConfig(BaseAlgoConfig):
+    """``[orchestrator.algo]`` (or a source's ``algo``) with ``type = "stepwise"``."""
+
+    type: Literal["stepwise"] = TYPE
+    """Stepwise credit: each turn's advantage on that turn's action tokens (``rl`` loss)."""
+
+    action_loss_type: ClassVar[ActionLossType] = "rl"
+
+    estimator: str = "stepwise"
+    """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
+    gamma: float | None = None
+    """Discount between turns; unset keeps the estimator's default."""
+    aggregation: Aggregation | None = None
+    """"sum" or "max" per-turn returns; unset keeps the estimator's default."""
+    baseline: Baseline | None = None
+    """pooled | per_turn | leave_one_out | trajectory; unset keeps the estimator's default."""
+    scale: Scale | None = None
+    """"none" centres only (prime-rl's GRPO), "std" also divides by the group std."""
+    eps: float | None = None
+    """ε added to the std; unset keeps the estimator's default."""
+    options: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    """Further fields of a third-party estimator's config."""
+    missing: Missing = "final_turn"
+    """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
+    turn's reward; "error" fails."""
+
+    @model_validator(mode="after")
+    def _estimator_builds(self):
+        try:
+            self.build_estimator()
+        except LookupError as error:  # pydantic reports ValueErrors, not LookupErrors
+            raise ValueError(str(error)) from None
+        return self
+
+    def build_estimator(self) -> Estimator:
+        return estimator_from(self)
+
+
+class StepwiseAlgorithm(Algorithm):
+    """prime-rl ``Algorithm``: per-turn advantages on each turn's sampled tokens."""
+
+    action_loss_type: ClassVar[ActionLossType] = "rl"
+
+    def __init__(self, config: StepwiseAlgoConfig, policy_pool: Any):
+        super().__init__(config, policy_pool)
+        self.estimator = config.build_estimator()
+        self.missing = config.missing
+
+    async def score_group(self, episodes: list[vf.Episode]) -> None:
+        score_group(episodes, self.estimator, missing=self.missing)
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+
+def register() -> None:
+    """Make ``type = "stepwise"`` a prime-rl algorithm in this process (idempotent).
+
+    Patches, in prime-rl: ``prime_rl.configs.algorithm.AlgoConfig`` (and the same name in
+    ``prime_rl.configs.orchestrator``) to a union that also holds ``StepwiseAlgoConfig``; the
+    fields of prime-rl config models annotated with the old union, then rebuilds those models
+    and every loaded prime-rl config model that contains them; and
+    ``prime_rl.orchestrator.algo.ALGORITHM_CLASSES["stepwise"]``.
+    """
+    from prime_rl.configs import algorithm as algorithm_configs
+    from prime_rl.configs import orchestrator as orchestrator_configs  # noqa: F401 (loads models)
+    from prime_rl.configs import rl as rl_configs  # noqa: F401 (loads models)
+    from prime_rl.orchestrator import algo as algorithm_runtime
+
+    algorithm_runtime.ALGORITHM_CLASSES.setdefault(TYPE, StepwiseAlgorithm)
+    old_union, *metadata = get_args(algorithm_configs.AlgoConfig)  # Annotated[Union, Field]
+    members = get_args(old_union)
+    if StepwiseAlgoConfig in members:
+        return
+    new_union = Union[(*members, StepwiseAlgoConfig)]
+    new_alias = Annotated[(new_union, *metadata)]
+    for module in _config_modules():
+        if getattr(module, "AlgoConfig", None) is algorithm_configs.AlgoConfig:
+            module.AlgoConfig = new_alias
+
+    models = _config_models()
+    changed = set()
+    for model in models:
+        for field in model.model_fields.values():
+            swapped = _swap(field.annotation, members, new_union)
+            if swapped is not field.annotation:
+                field.annotation = swapped
+                changed.add(model)
+    # Containers embed a snapshot of their members' schemas: rebuild dependents after them.
+    for model in _with_dependents(changed, models):
+        model.model_rebuild(force=True)
+
+
+def _config_modules() -> list[types.ModuleType]:
+    return [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
+
+
+def _config_models() -> list[type[BaseModel]]:
+    found = []
+    for module in _config_modules():
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
+                found.append(value)
+    return found
+
+
+def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
+    """``annotation`` with every union of exactly ``members`` replaced by ``new_union``;
+    the same object when nothing matched."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType) and args == members:
+        return new_union
+    if not args or origin is None:
+        return annotation
+    swapped = tuple(_swap(arg, members, new_union) if not isinstance(arg, (str, int)) else arg for arg in args)
+    if all(a is b for a, b in zip(swapped, args)):
+        return annotation
+    if origin is Annotated:
+        return Annotated[swapped]
+    if origin in (Union, types.UnionType):
+        return Union[swapped]
+    return origin[swapped]
+
+
+def _models_in(annotation: Any) -> set[type]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}
+    return set().union(*(_models_in(arg) for arg in get_args(annotation)))
+
+
+def _with_dependents(changed: set[type], models: Sequence[type[BaseModel]]) -> list[type[BaseModel]]:
+    """``changed`` plus every model holding one of them in a field, transitively, ordered so
+    that each comes after the models it holds."""
+    holds = {m: set().union(*(_models_in(f.annotation) for f in m.model_fields.values())) for m in models}
+    affected = set(changed)
+    while grown := {m for m in models if m not in affected and holds[m] & affected}:
+        affected |= grown
+    ordered: list[type[BaseModel]] = []
+
+    def place(model: type, path: frozenset = frozenset()) -> None:
+        if model in ordered or model in path:  # placed already, or a self-referencing model
+            return
+        for held in holds.get(model, set()) & affected:
+            place(held, path | {model})
+        ordered.append(model)
+
+    for model in sorted(affected, key=lambda m: m.__qualname__):
+        place(model)
+    return ordered
+
+
+# -- running prime-rl's entry points with the registration ----------------------------------------
+
+ENTRY_POINTS = ("rl", "orchestrator")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m verifiers_stepwise.hosts.prime_rl {rl,orchestrator} [args…]``.
+
+    Registers, then runs that prime-rl entry point with the remaining arguments. For ``rl``,
+    the orchestrator process the launcher starts (it runs the ``orchestrator`` command from
+    PATH) is started through this module too, via a shim first on PATH.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ENTRY_POINTS:
+        raise SystemExit(f"usage: python -m {__name__} {{{','.join(ENTRY_POINTS)}}} [prime-rl arguments]")
+    entry, rest = args[0], args[1:]
+    register()
+    if entry == "rl":
+        _shim_orchestrator()
+    from importlib import import_module
+
+    sys.argv = [entry, *rest]
+    import_module(f"prime_rl.entrypoints.{entry}").main()
+
+
+def _shim_orchestrator() -> None:
+    shim_dir = tempfile.mkdtemp(prefix="stepwise-prime-rl-")
+    shim = os.path.join(shim_dir, "orchestrator")
+    with open(shim, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {__name__} orchestrator "$@"\n')
+    os.chmod(shim, 0o755)
+    os.environ["PATH"] = shim_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""torchtitan RL (0.3.0, ``torchtitan.experiments.rl``): each turn's advantage on its own tokens.
+
+Shapes translated (checked against torchtitan 0.3.0 from PyPI):
+
+    RolloutGroup.rollouts[j].turns[t]                     (torchtitan rollout)
+      → r_{j,t} = turns[t].env_rewards[turn_reward_key]   when the env attached that reward;
+                  otherwise 0, except on the last turn, which falls back to rollout.reward
+                  (the rubric's score). A rollout whose env attaches no per-turn reward is
+                  therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
+      → A_{j,t} from the estimator registered under ``estimator``
+      → TrainingSample.advantage: A_{j,t} on every completion token of turn t, 0.0 on
+        prompt and env tokens, in torchtitan's own packing of turns into samples.
+
+Two ``Configurable`` components, both needed:
+
+- ``StepwiseAdvantage`` goes in ``Rollouter.Config.advantage``. torchtitan wants one float per
+  rollout (``Rollout.advantage``); it gets a ``TurnAdvantages``: a float equal to the rollout's
+  first-turn advantage (its return covers the whole rollout, and it is what torchtitan's
+  metrics log) that also carries every turn's advantage.
+- ``StepwiseTrainingSampleBuilder`` goes in ``AsyncLoopConfig.training_sample_builder``. It
+  lets torchtitan pack the samples, then puts A_{j,t} on turn t's completion tokens. Its
+  ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
+  signal) but tests per-turn credit instead of final rewards: a group is dropped only when
+  every completion token of every rollout carries advantage 0, so a group with equal final
+  rewards whose turns still differ is trained.
+
+With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
+``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
+and the builder drops the same groups torchtitan's does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from itertools import repeat
+
+from torchtitan.config import Configurable
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+from torchtitan.experiments.rl.observability import metrics as m
+from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
+
+from verifiers_stepwise.baselines import Scale
+from verifiers_stepwise.estimators import Baseline
+from verifiers_stepwise.hosts import estimator_from, score_turns
+from verifiers_stepwise.ragged import RewardError
+from verifiers_stepwise.returns import Aggregation
+
+__all__ = ["StepwiseAdvantage", "StepwiseTrainingSampleBuilder", "TurnAdvantages", "turn_rewards"]
+
+
+class TurnAdvantages(float):
+    """One rollout's advantages: a float (the first turn's) that carries every turn's.
+
+    torchtitan types ``Rollout.advantage`` as one float and logs it; this value is that float,
+    and ``per_turn[t]`` is the advantage of turn t for ``StepwiseTrainingSampleBuilder``.
+    """
+
+    __slots__ = ("per_turn",)
+    per_turn: tuple[float, ...]
+
+    def __new__(cls, per_turn: Sequence[float]) -> TurnAdvantages:
+        value = super().__new__(cls, per_turn[0])
+        value.per_turn = tuple(per_turn)
+        return value
+
+    def __reduce__(self):  # torchtitan may move groups between processes
+        return (TurnAdvantages, (self.per_turn,))
+
+    def __repr__(self) -> str:
+        return f"TurnAdvantages({list(self.per_turn)!r})"
+
+
+def turn_rewards(rollout: Rollout, key: str) -> list[float]:
+    """r_{j,t} of one scored rollout (see the module docstring for the rule).
+
+    A rollout with no turns (its env failed before the first generation) counts as one turn
+    holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
+    """
+    if rollout.reward is None:
+        raise RewardError(
+            f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; "
+            "the rubric must score a group before its advantages are estimated"
+        )
+    last = len(rollout.turns) - 1
+    rewards = [
+        turn.env_rewards.get(key, rollout.reward if t == last else 0.0)
+        for t, turn in enumerate(rollout.turns)
+    ]
+    return rewards or [rollout.reward]
+
+
+class StepwiseAdvantage(Configurable):
+    """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator.
+
+    Example:
+        Rollouter.Config(..., advantage=StepwiseAdvantage.Config(estimator="stepwise", gamma=0.9))
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Configurable.Config):
+        estimator: str = "stepwise"
+        """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
+        gamma: float | None = None
+        """Discount between turns; None keeps the estimator's default."""
+        aggregation: Aggregation | None = None
+        """"sum" or "max" per-turn returns; None keeps the estimator's default."""
+        baseline: Baseline | None = None
+        """pooled | per_turn | leave_one_out | trajectory; None keeps the estimator's default."""
+        scale: Scale | None = None
+        """"std" (GRPO) or "none" (Dr.GRPO, torchtitan's default); None keeps the estimator's."""
+        eps: float | None = None
+        """ε added to the std; None keeps the estimator's default (1e-6, as torchtitan)."""
+        options: dict[str, float | int | str | bool] = field(default_factory=dict)
+        """Further fields of a third-party estimator's config."""
+        turn_reward_key: str = "turn_reward"
+        """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
+
+    def __init__(self, config: Config) -> None:
+        self.turn_reward_key = config.turn_reward_key
+        self.estimator = estimator_from(config)
+
+    def __call__(self, group: RolloutGroup) -> list[TurnAdvantages]:
+        """One ``TurnAdvantages`` per rollout, in group order."""
+        if not group.rollouts:
+            return []
+        rewards = [turn_rewards(rollout, self.turn_reward_key) for rollout in group.rollouts]
+        try:
+            (advantages,) = score_turns(self.estimator, [rewards])
+        except RewardError as error:
+            raise RewardError(f"torchtitan group {group.group_id}: {error}") from None
+        return [TurnAdvantages(per_turn) for per_turn in advantages]
+
+
+class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
+    """``AsyncLoopConfig.training_sample_builder``: turn t's completion tokens get A_{j,t}.
+
+    Needs ``StepwiseAdvantage`` as the rollouter's advantage; anything else is an error that
+    says so (torchtitan's own builder would silently broadcast one value to every turn).
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(TrainingSampleBuilder.Config):
+        pass
+
+    def __init__(self, config: Config) -> None:
+        # torchtitan's filter compares final rewards; this class filters on per-turn credit.
+        super().__init__(replace(config, drop_zero_std_reward_groups=False))
+        self.drop_groups_without_credit = config.drop_zero_std_reward_groups
+
+    def build_from_group(self, *, rollout_group: RolloutGroup) -> TrainingSampleGroup:
+        built = super().build_from_group(rollout_group=rollout_group)
+        if (
+            self.drop_groups_without_credit
+            and len(rollout_group.rollouts) > 1  # torchtitan keeps lone rollouts too
+            and built.training_samples
+            and not any(a != 0.0 for sample in built.training_samples for a in sample.advantage)
+        ):
+            dropped = m.Metric("training_sample_builder/num_groups_dropped_zero_advantage", m.Sum(1.0))
+            return TrainingSampleGroup(
+                group_id=rollout_group.group_id,
+                training_samples=[],
+                metrics=[*rollout_group.metrics, dropped],
+            )
+        return built
+
+    def rollout_to_training_samples(self, rollout: Rollout) -> list[TrainingSample]:
+        per_turn = _per_turn(rollout)
+        samples = super().rollout_to_training_samples(rollout)
+        # torchtitan packs turns in order: sample k holds turns [turn_id_k, turn_id_{k+1}),
+        # and their completion tokens are its loss-mask positions, turn by turn.
+        firsts = [sample.rollout_id.turn_id for sample in samples] + [len(rollout.turns)]
+        for sample, first, stop in zip(samples, firsts, firsts[1:]):
+            values = [
+                a
+                for t in range(first, stop)
+                for a in repeat(per_turn[t], len(rollout.turns[t].completion_token_ids))
+            ]
+            trained = [i for i, masked_in in enumerate(sample.loss_mask) if masked_in]
+            if len(trained) != len(values):
+                raise RuntimeError(
+                    f"rollout {rollout.group_id}/rollout={rollout.rollout_id}: the sample from turn "
+                    f"{first} trains {len(trained)} tokens but turns {first}..{stop - 1} completed "
+                    f"{len(values)}; torchtitan's packing changed, update this adapter"
+                )
+            advantage = [0.0] * len(sample.loss_mask)
+            for i, value in zip(trained, values):
+                advantage[i] = value
+            sample.advantage = advantage
+        return samples
+
+
+def _per_turn(rollout: Rollout) -> tuple[float, ...]:
+    advantage = rollout.advantage
+    where = f"rollout {rollout.group_id}/rollout={rollout.rollout_id}"
+    if not isinstance(advantage, TurnAdvantages):
+        raise TypeError(
+            f"{where}: advantage {advantage!r} is not per-turn; set the rollouter's advantage to "
+            "verifiers_stepwise.hosts.torchtitan.StepwiseAdvantage.Config(...)"
+        )
+    if len(advantage.per_turn) != max(len(rollout.turns), 1):
+        raise ValueError(
+            f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns"
+        )
+    return advantage.per_turn
