@@ -47,7 +47,7 @@ class ConfigError(ValueError):
 class EstimatorConfig(BaseModel):
     """Base for estimator configs: immutable, unknown fields rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     scale: Scale = "std"
     """"std": divide by population std + eps (GRPO); "none": mean-centering only (Dr. GRPO)."""

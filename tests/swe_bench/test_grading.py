@@ -95,3 +95,18 @@ def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path):
     assert not result.log_parsed and result.run["termination"] == "timeout"
     assert round_reward(result, "partial") == 0.0
     assert "could not be run" in feedback(result, round_index=1, rounds_left=0, max_log_chars=100)
+
+
+def test_concurrent_setups_of_one_task(tmp_path: Path):
+    """Rollouts of one task set up at once (in threads) each get the repository."""
+    from stepwise_swe_bench import fixtures
+
+    instance = INSTANCES["stepwise__pager-3"]
+    fixtures._build_template.cache_clear()
+
+    async def setups():
+        await asyncio.gather(*(asyncio.to_thread(materialize, instance, tmp_path / f"r{i}") for i in range(4)))
+
+    asyncio.run(setups())
+    for i in range(4):
+        assert (tmp_path / f"r{i}" / "pager" / "pages.py").is_file()

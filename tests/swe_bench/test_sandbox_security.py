@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from stepwise_swe_bench.limits import SandboxLimits
-from stepwise_swe_bench.sandbox import UNPRIVILEGED_ID, BwrapSandbox
+from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, sandbox_identity
 
 from .conftest import loopback_server
+
+NOBODY = 65534
 
 
 def run(sandbox: BwrapSandbox, command: str, **kwargs):
@@ -76,7 +78,7 @@ def test_host_environment_secrets_are_invisible(sandbox: BwrapSandbox, monkeypat
 
 def test_fork_bomb_is_contained(repo: Path):
     sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=4, processes=64))
-    before = sandbox_processes()
+    before = sandbox_processes(repo)
     start = time.monotonic()
     result = run(sandbox, ":(){ :|:& };:; sleep 30")
     assert result.termination == "timeout"
@@ -84,7 +86,7 @@ def test_fork_bomb_is_contained(repo: Path):
     assert "Resource temporarily unavailable" in result.output
     # Nothing of the bomb survives the sandbox.
     time.sleep(0.2)
-    assert sandbox_processes() - before == set()
+    assert sandbox_processes(repo) - before == set()
     still_usable(sandbox)
 
 
@@ -122,16 +124,38 @@ def test_file_size_and_memory_limits(repo: Path):
     assert memory.exit_code != 0 and "MemoryError" in memory.output
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="ordinary users' sandboxes are bounded by their own uid")
+def test_a_fork_bomb_does_not_starve_another_sandbox(tmp_path: Path):
+    """RLIMIT_NPROC counts per uid: each repository's sandbox has its own, so one episode's
+    fork bomb leaves a concurrent episode free to start processes."""
+    repos = [tmp_path / "bomb", tmp_path / "work"]
+    for repo in repos:
+        repo.mkdir()
+        hand_over(repo)
+    bomb, work = (BwrapSandbox(r, SandboxLimits(timeout_s=4, processes=64)) for r in repos)
+    assert sandbox_identity(repos[0]) != sandbox_identity(repos[1])
+
+    async def both():
+        attack = asyncio.create_task(bomb.run(":(){ :|:& };:; sleep 30"))
+        await asyncio.sleep(1.0)  # the bomb has filled its process budget by now
+        busy = await work.run("for i in $(seq 20); do /bin/true || echo FAILED; done; echo ok")
+        return await attack, busy
+
+    attack, busy = asyncio.run(both())
+    assert attack.termination == "timeout"
+    assert busy.exit_code == 0 and busy.output == "ok\n", busy.output
+
+
 def test_commands_run_unprivileged(sandbox: BwrapSandbox, repo: Path):
     result = run(sandbox, "touch made.txt; id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status")
     assert "0000000000000000" in result.output and "NoNewPrivs:\t1" in result.output
     if os.geteuid() == 0:
-        assert (repo / "made.txt").stat().st_uid == UNPRIVILEGED_ID
+        assert (repo / "made.txt").stat().st_uid == sandbox_identity(repo)[0] != NOBODY
 
 
-def sandbox_processes() -> set[int]:
-    """Host pids owned by the uid sandboxed commands run as."""
-    uid = UNPRIVILEGED_ID if os.geteuid() == 0 else os.geteuid()
+def sandbox_processes(repo: Path) -> set[int]:
+    """Host pids owned by the uid the sandbox of ``repo`` runs commands as."""
+    uid = sandbox_identity(repo)[0]
     found = set()
     for proc in Path("/proc").iterdir():
         try:
@@ -182,7 +206,7 @@ def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
     else:
         repo = Path(tempfile.mkdtemp(dir="/tmp"))
         os.chmod(repo, 0o755)
-        os.chown(repo, UNPRIVILEGED_ID, UNPRIVILEGED_ID)
+        os.chown(repo, NOBODY, NOBODY)
     script = UNPRIVILEGED_CHILD if os.geteuid() == 0 else UNPRIVILEGED_CHILD.replace(
         "os.setgroups([])\nos.setresgid(65534, 65534, 65534)\nos.setresuid(65534, 65534, 65534)\n", ""
     )
@@ -231,3 +255,16 @@ def test_missing_bubblewrap_refuses_with_install_instructions(repo: Path, monkey
     finally:
         module._bwrap.cache_clear()
     assert "apt-get install -y bubblewrap" in str(error.value) and "will not run" in str(error.value)
+
+
+def test_a_python_environment_under_tmp_is_usable(repo: Path, tmp_path: Path):
+    """The sandbox's /tmp is its own; a test environment that lives under the host's /tmp (as
+    CI's does) is still mounted and reachable."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    sandbox = BwrapSandbox(repo, python=venv / "bin" / "python")
+    result = run(sandbox, "python -c 'import sys; print(sys.prefix)'")
+    assert (result.exit_code, result.output.strip()) == (0, str(venv))

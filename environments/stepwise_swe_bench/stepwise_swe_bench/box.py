@@ -12,6 +12,7 @@ Task setup prepares the repository in the rollout's runtime and describes it wit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator
@@ -56,10 +57,14 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
             )
         from .fixtures import materialize
 
+        def local() -> BwrapSandbox:
+            materialize(instance, repo)
+            return BwrapSandbox(repo, limits)
+
         repo = Path(runtime.info.id) / "repo"
-        materialize(instance, repo)
-        ref = BoxRef(kind="local", repo=str(repo), python=sys.executable, limits=limits)
-        return ref, BwrapSandbox(repo, limits)
+        # File copies and (once per process) git and a probe sandbox: off the event loop.
+        sandbox = await asyncio.to_thread(local)
+        return BoxRef(kind="local", repo=str(repo), python=sys.executable, limits=limits), sandbox
     if runtime.type in CONTAINER_RUNTIMES:
         sandbox = RuntimeSandbox(runtime, limits, workdir=runtime.config.workdir)
         head = await sandbox.run("git rev-parse HEAD")

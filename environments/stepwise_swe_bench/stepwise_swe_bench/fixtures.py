@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,12 +82,21 @@ def _templates() -> Path:
     return root
 
 
-@functools.cache
+_TEMPLATES_LOCK = threading.Lock()
+
+
 def _template(instance_id: str, base_commit: str) -> Path:
+    """The task's template repository, built on first use (rollouts set up in threads)."""
+    with _TEMPLATES_LOCK:
+        return _build_template(instance_id, base_commit)
+
+
+@functools.cache
+def _build_template(instance_id: str, base_commit: str) -> Path:
     source = FIXTURES / "tasks" / instance_id / "repo"
     if not source.is_dir():
         raise FixtureError(f"bundled task {instance_id!r} has no repo/ directory at {source}")
-    dest = _templates() / instance_id
+    dest = Path(tempfile.mkdtemp(dir=_templates())) / instance_id
     head = commit_tree(source, dest, f"{instance_id}: base")
     if head != base_commit:
         raise FixtureError(

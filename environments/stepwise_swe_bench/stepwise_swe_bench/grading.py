@@ -50,10 +50,6 @@ class RoundGrade:
         passed, failed = len(self.fail_to_pass["success"]), len(self.fail_to_pass["failure"])
         return passed / (passed + failed) if passed + failed else 0.0
 
-    @property
-    def failing_tests(self) -> list[str]:
-        return [*self.fail_to_pass["failure"], *self.pass_to_pass["failure"]]
-
     def record(self) -> dict[str, Any]:
         record = asdict(self)
         record["test_output"] = self.test_output[-4000:]

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["DATASETS", "InstanceError", "SweInstance", "load_instances"]
+__all__ = ["BUNDLED", "DATASETS", "InstanceError", "SweInstance", "load_instances"]
 
 DATASETS = {
     "verified": "SWE-bench/SWE-bench_Verified",
@@ -24,7 +24,7 @@ DATASETS = {
     "full": "SWE-bench/SWE-bench",
 }
 """Short names for the official Hugging Face datasets."""
-FIXTURES = "fixtures"
+BUNDLED = "fixtures"
 """Source name of the bundled offline tasks."""
 
 
@@ -109,12 +109,12 @@ class SweInstance(BaseModel):
 
 
 def load_instances(
-    source: str = FIXTURES, split: str = "test", instance_ids: Sequence[str] | None = None
+    source: str = BUNDLED, split: str = "test", instance_ids: Sequence[str] | None = None
 ) -> list[SweInstance]:
     """Instances from ``source``: ``"fixtures"`` (bundled, offline), a short name from
     ``DATASETS``, a Hugging Face dataset id, or a local ``.json``/``.jsonl``/``.parquet``
     file. ``instance_ids`` selects rows (unknown ids are an error)."""
-    if source == FIXTURES:
+    if source == BUNDLED:
         from .fixtures import fixture_instances
 
         try:

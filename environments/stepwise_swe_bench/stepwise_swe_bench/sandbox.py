@@ -19,9 +19,11 @@ Two ways to get an unprivileged sandboxed process, chosen by who runs this code:
 - an ordinary user: bubblewrap in a new user namespace (``--unshare-user``; uid 1000 inside,
   the user outside), with further user namespaces disabled where bwrap supports it;
 - root: Linux never applies RLIMIT_NPROC to root, so a fork bomb would be unbounded. Bubblewrap
-  runs privileged (no user namespace) and the command drops to the unprivileged host uid/gid
-  65534 with ``setpriv`` (all capabilities and the bounding set cleared, no_new_privs) before it
-  starts. The repository is handed to that uid (``hand_over``).
+  runs privileged (no user namespace) and the command drops to an unprivileged host uid/gid
+  with ``setpriv`` (all capabilities and the bounding set cleared, no_new_privs) before it
+  starts. Each repository gets its own uid (``sandbox_identity``): RLIMIT_NPROC is counted per
+  uid, so with one shared uid a fork bomb in one episode would starve the commands of every
+  other episode running beside it. The repository is handed to its uid (``hand_over``).
 
 Verifiers' own ``Runtime`` is the box a rollout lives in; it also hosts trusted framework processes
 (tool servers, the state channel on the interception server at 127.0.0.1) that need the network.
@@ -39,6 +41,7 @@ import stat
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -61,8 +64,9 @@ __all__ = [
 
 WORKDIR = "/testbed"
 """Where the repository appears to commands (as in the official SWE-bench images)."""
-UNPRIVILEGED_ID = 65534
-"""Host uid/gid of sandboxed commands when this process is root (``nobody`` on Debian)."""
+UID_BASE = 1 << 20
+"""As root, sandboxed commands run as uid/gid UID_BASE + (a hash of the repository path mod
+UID_BASE): unprivileged ids no account on the host uses, one per repository."""
 USERNS_ID = 1000
 """uid/gid inside the user namespace of an ordinary user's sandbox."""
 _INSTALL_HINT = (
@@ -115,19 +119,21 @@ class Sandbox(Protocol):
         ...
 
 
-def sandbox_identity() -> tuple[int, int]:
-    """Host (uid, gid) that sandboxed commands run as."""
+def sandbox_identity(repo: Path) -> tuple[int, int]:
+    """Host (uid, gid) that commands in the sandbox of ``repo`` run as."""
     if os.geteuid() == 0:
-        return UNPRIVILEGED_ID, UNPRIVILEGED_ID
+        uid = UID_BASE + zlib.crc32(str(Path(repo).resolve()).encode()) % UID_BASE
+        return uid, uid
     return os.geteuid(), os.getegid()
 
 
-def hand_over(path: Path) -> None:
-    """Make ``path`` (recursively) owned by the sandbox identity so commands can write it.
-    Only root needs this. Symlinks are re-owned, never followed."""
+def hand_over(path: Path, repo: Path | None = None) -> None:
+    """Make ``path`` (recursively) owned by the identity of ``repo``'s sandbox (``path``'s own
+    by default) so commands can write it. Only root needs this. Symlinks are re-owned, never
+    followed."""
     if os.geteuid() != 0:
         return
-    uid, gid = sandbox_identity()
+    uid, gid = sandbox_identity(repo or path)
     os.lchown(path, uid, gid)
     for root, dirs, files in os.walk(path):
         for name in (*dirs, *files):
@@ -232,6 +238,7 @@ class BwrapSandbox:
         self._system = [Bind(p, str(p)) for p in self.python_prefixes]
         self.scratch = Path(scratch or self.repo.parent)
         self.privileged = os.geteuid() == 0
+        self.uid, self.gid = sandbox_identity(self.repo) if self.privileged else (USERNS_ID, USERNS_ID)
         self._check()
 
     # -- command line -------------------------------------------------------------------------
@@ -239,7 +246,7 @@ class BwrapSandbox:
     def _namespaces(self) -> list[str]:
         common = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if self.privileged:
-            # No user namespace: its only uid would map to root. setpriv drops to 65534.
+            # No user namespace: its only uid would map to root. setpriv drops to self.uid.
             return [
                 "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try", *common,
@@ -254,9 +261,9 @@ class BwrapSandbox:
 
     def _inner(self, command: str, chdir: str, limits: SandboxLimits) -> list[str]:
         """bash with the limits applied, in ``chdir``, then ``command``; as root, after
-        dropping to 65534 (so the directory is entered as its owner)."""
+        dropping to the repository's uid (so the directory is entered as its owner)."""
         drop = [
-            "setpriv", f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
+            "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
         prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(limits)}'
@@ -264,7 +271,7 @@ class BwrapSandbox:
         return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
 
     def _identity_files(self) -> dict[str, bytes]:
-        uid = UNPRIVILEGED_ID if self.privileged else USERNS_ID
+        uid = self.uid
         return {
             "/etc/passwd": (
                 "root:x:0:0:root:/root:/bin/bash\n"
@@ -311,7 +318,8 @@ class BwrapSandbox:
             made: set[str] = set()
             for bind in (*self._system, *binds):
                 for parent in _parents(bind.dest):
-                    if parent not in made and not parent.startswith(("/usr", "/tmp")):
+                    # /usr and /tmp exist already; anything below /usr is read-only.
+                    if parent not in made and parent != "/tmp" and not parent.startswith("/usr"):
                         made.add(parent)
                         argv += ["--perms", "0755", "--dir", parent]
                 option = "--bind" if bind.writable else "--ro-bind"
@@ -390,7 +398,7 @@ class BwrapSandbox:
         copy = self.scratch / f".grading-{uuid.uuid4().hex[:12]}"
         copy.mkdir(mode=0o755)
         try:
-            hand_over(copy)
+            hand_over(copy, self.repo)
             copied = await self._run(
                 f"cp -a /source/. {WORKDIR}/",
                 [Bind(self.repo, "/source"), Bind(copy, WORKDIR, writable=True)],

@@ -14,7 +14,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from .box import prepare_box
-from .instances import FIXTURES, SweInstance, load_instances
+from .instances import BUNDLED, SweInstance, load_instances
 from .limits import SandboxLimits
 from .sandbox import Sandbox, remove_tree
 from .state import Budget, SweBenchState
@@ -118,7 +118,7 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
 
 class SweBenchTasksetConfig(vf.TasksetConfig):
     task: SweBenchTaskConfig = SweBenchTaskConfig()
-    source: str = FIXTURES
+    source: str = BUNDLED
     """``fixtures`` (bundled, offline), ``verified``, ``lite``, ``full``, a Hugging Face dataset
     id, or a local .json/.jsonl/.parquet file of SWE-bench rows."""
     split: str = "test"

@@ -1,0 +1,348 @@
+"""``vf-stepwise``: see what stepwise credit does to your rollouts.
+
+    vf-stepwise list [--json]
+    vf-stepwise advantages TRACES... [--estimator NAME] [config flags] [--compare SPEC]
+                           [--gammas G,G,...] [--plot FILE.png] [-o FILE.jsonl | --no-output]
+                           [--json] [--skip-bad] [--progress | --no-progress]
+
+TRACES are ``traces.jsonl`` files as ``vf-eval`` writes them, or run directories holding
+one. The config flags are generated from the chosen estimator's pydantic ``Config`` (see
+``vf-stepwise advantages --estimator NAME --help``). Grouping, bad-input handling and the
+JSONL format are documented in ``verifiers_stepwise.tracefile`` and ``verifiers_stepwise.report``.
+
+Heavy modules (numpy, verifiers, rich, matplotlib) are imported only by the command that
+needs them, so ``vf-stepwise --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_BAD_INPUT = 2
+
+
+class CommandError(Exception):
+    """A user error: printed as ``error: ...`` with exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(_estimator_for_flags(argv))
+    args = parser.parse_args(argv)
+    try:
+        return args.command(args)
+    except CommandError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+# -- parsing ------------------------------------------------------------------------------
+
+
+def _estimator_for_flags(argv: list[str]) -> str | None:
+    """The estimator whose config flags ``advantages`` takes; None for other commands."""
+    if not argv or argv[0] != "advantages":
+        return None
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    peek.add_argument("--estimator", default="stepwise")
+    return peek.parse_known_args(argv[1:])[0].estimator
+
+
+def _parser(estimator: str | None) -> argparse.ArgumentParser:
+    from verifiers_stepwise import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="vf-stepwise",
+        description="See what stepwise (turn-level) credit does to your rollouts.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    listing = commands.add_parser(
+        "list",
+        help="installed estimators (with their config fields) and environment bundles",
+        description="Installed advantage estimators, with their config fields and defaults, "
+        "and environment bundles, from the entry-point groups verifiers.advantage_estimators "
+        "and verifiers.environments.",
+        allow_abbrev=False,
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    listing.set_defaults(command=_list)
+
+    adv = commands.add_parser(
+        "advantages",
+        help="per-turn returns and advantages of traces.jsonl files",
+        description="Group the episodes of traces.jsonl files by task, compute per-turn "
+        "returns and advantages with an estimator, and summarise them per turn index.",
+        epilog="Groups: episode.group.id when set, else episode.task.key, else "
+        "episode.task.hash (exact strings), within one run and env; a group's trajectories "
+        "are its trainable, error-free traces, as score_group scores them. Bad input stops "
+        "with FILE:LINE and exit status 2 unless --skip-bad.",
+        allow_abbrev=False,
+    )
+    adv.add_argument("traces", nargs="+", type=Path, metavar="TRACES",
+                     help="traces.jsonl files (or vf-eval run directories holding one)")
+    adv.add_argument("--estimator", default="stepwise",
+                     help="registered estimator name (default: stepwise; see `vf-stepwise list`)")
+    adv.add_argument("--compare", metavar="SPEC",
+                     help="a second config shown side by side: NAME, NAME:field=value,... "
+                     "(from NAME's defaults) or :field=value,... (the main config, changed)")
+    adv.add_argument("--gammas", metavar="G,G,...",
+                     help="gamma sweep table of the main estimator, e.g. 0,0.4,0.8,1.0")
+    adv.add_argument("--plot", type=Path, metavar="FILE.png",
+                     help="write per-turn-index distributions of returns and advantages")
+    out = adv.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", type=Path, metavar="FILE.jsonl",
+                     help="per-turn results (default: next to the first TRACES file, "
+                     "<name>.advantages.jsonl)")
+    out.add_argument("--no-output", action="store_true", help="write no per-turn file")
+    adv.add_argument("--json", action="store_true",
+                     help="print the summary as JSON instead of tables")
+    adv.add_argument("--skip-bad", action="store_true",
+                     help="skip bad lines and traces (each is counted and reported) instead "
+                     "of stopping at the first")
+    adv.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
+    adv.set_defaults(command=_advantages)
+    if estimator is not None:
+        from verifiers_stepwise.config_flags import add_config_flags
+
+        try:
+            cls = _estimator_class(estimator)
+        except CommandError as e:
+            adv.error(str(e))
+        group = adv.add_argument_group(
+            f"{estimator} config ({cls.__module__}:{cls.__qualname__}); "
+            "pick another with --estimator NAME"
+        )
+        add_config_flags(group, cls.Config)
+    return parser
+
+
+def _estimator_class(name: str) -> type:
+    from verifiers_stepwise.registry import EntryPointConflict, UnknownEstimator, estimator_class
+
+    try:
+        return estimator_class(name)
+    except (UnknownEstimator, EntryPointConflict, TypeError) as e:
+        raise CommandError(str(e.args[0]) if e.args else str(e)) from None
+
+
+# -- vf-stepwise list ---------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    from verifiers_stepwise.config_flags import type_name
+    from verifiers_stepwise.registry import (
+        EntryPointConflict,
+        available_environments,
+        available_estimators,
+        estimator_class,
+    )
+
+    try:
+        names = available_estimators()
+        environments = available_environments()
+    except EntryPointConflict as e:
+        raise CommandError(str(e)) from None
+    estimators: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            cls = estimator_class(name)
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
+            estimators.append({"name": name, "error": f"{type(e).__name__}: {e}"})
+            continue
+        estimators.append({
+            "name": name,
+            "class": f"{cls.__module__}:{cls.__qualname__}",
+            "fields": [
+                {
+                    "name": field,
+                    "type": type_name(info.annotation),
+                    "default": info.get_default(call_default_factory=True),
+                    "description": " ".join((info.description or "").split()),
+                }
+                for field, info in cls.Config.model_fields.items()
+            ],
+        })
+    if args.json:
+        print(json.dumps({"estimators": estimators, "environments": environments}, indent=2,
+                         default=repr))
+        return 0
+
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title="advantage estimators (verifiers.advantage_estimators)",
+                  title_justify="left", show_lines=True)
+    for column in ("name", "class", "field", "type", "default", "description"):
+        table.add_column(column, overflow="fold")
+    for entry in estimators:
+        if "error" in entry:
+            failed = f"[red]failed to load: {entry['error']}[/]"
+            table.add_row(entry["name"], failed, "", "", "", "")
+            continue
+        for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "",
+                                                   "description": ""}]):
+            table.add_row(entry["name"] if i == 0 else "", entry["class"] if i == 0 else "",
+                          f["name"], f["type"], repr(f["default"]) if f["name"] else "",
+                          f["description"])
+    console.print(table)
+    envs = Table(title="environment bundles (verifiers.environments)", title_justify="left")
+    envs.add_column("vf-eval ID")
+    envs.add_column("module")
+    for env_id, module in environments.items():
+        envs.add_row(env_id, module)
+    if environments:
+        console.print(envs)
+    else:
+        console.print("no environment bundles installed (entry-point group verifiers.environments)")
+    return 0
+
+
+# -- vf-stepwise advantages ---------------------------------------------------------------
+
+
+def _advantages(args: argparse.Namespace) -> int:
+    from verifiers_stepwise.config_flags import config_values
+    from verifiers_stepwise.estimators import ConfigError
+
+    from verifiers_stepwise.analysis import credit, describe, with_gamma
+
+    paths = [_traces_file(p) for p in args.traces]
+    # Every setting is checked before the (possibly long) read.
+    try:
+        main_estimator = _estimator_class(args.estimator)(**config_values(args))
+        compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+    try:
+        sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
+    except ValueError as e:  # ConfigError included
+        raise CommandError(f"--gammas: {e}") from None
+
+    from verifiers_stepwise.ragged import RewardError
+    from verifiers_stepwise.report import render, summary, write_turn_rows
+    from verifiers_stepwise.tracefile import BadInput
+
+    output = None
+    if not args.no_output:
+        output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
+        if any(output.resolve() == p.resolve() for p in paths):
+            raise CommandError(f"{output}: the per-turn output would overwrite an input file")
+
+    try:
+        collected = _read(paths, args)
+    except BadInput as e:
+        hint = "(--skip-bad skips bad lines and traces and counts them)"
+        raise CommandError(f"{e}\n{hint}") from None
+    if not collected.lengths:
+        skipped = sum(collected.skipped.values())
+        raise CommandError(
+            f"no scorable trajectories in {', '.join(map(str, paths))}"
+            + (f" ({skipped} bad lines or traces skipped)" if skipped else "")
+        )
+    grouped = collected.grouped()
+    batch = grouped.batch
+    try:  # e.g. returns that overflow float64
+        credits = [credit(describe(args.estimator, main_estimator), main_estimator, batch)]
+        if compare is not None:
+            credits.append(credit(describe(*compare), compare[1], batch))
+        sweep = [credit(describe(args.estimator, e), e, batch) for e in sweep_estimators]
+    except RewardError as e:
+        raise CommandError(str(e)) from None
+
+    if output is not None:
+        write_turn_rows(output, collected, grouped, credits)
+    if args.plot is not None:
+        from verifiers_stepwise.plot import plot_credit
+
+        plot_credit(args.plot, batch, credits)
+    report = summary(collected, grouped, credits, sweep, output, args.plot)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(_console(), report)
+    return 0
+
+
+def _traces_file(path: Path) -> Path:
+    if path.is_dir():
+        path = path / "traces.jsonl"
+    if not path.is_file():
+        raise CommandError(f"{path}: no such traces file")
+    return path
+
+
+def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:
+    """``NAME``, ``NAME:field=value,...`` or ``:field=value,...`` -> (name, estimator)."""
+    from verifiers_stepwise.estimators import ConfigError
+
+    name, _, assignments = spec.partition(":")
+    fields: dict[str, Any] = {}
+    if not name:
+        name = main_name
+        fields.update(main_estimator.config.model_dump())
+    for assignment in filter(None, (a.strip() for a in assignments.split(","))):
+        field, equals, value = assignment.partition("=")
+        if not equals or not field.strip():
+            raise ConfigError(f"--compare {spec!r}: expected field=value, got {assignment!r}")
+        fields[field.strip().replace("-", "_")] = value.strip()
+    return name, _estimator_class(name)(**fields)
+
+
+def _gammas(text: str) -> list[float]:
+    try:
+        return [float(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise ValueError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def _read(paths: list[Path], args: argparse.Namespace) -> Any:
+    from verifiers_stepwise.tracefile import collect
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    if not show:
+        return collect(paths, skip_bad=args.skip_bad)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
+    console = _console(stderr=True, force_terminal=args.progress)
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
+        import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
+
+        progress.update(task, description="reading traces")
+        return collect(paths, skip_bad=args.skip_bad,
+                       progress=lambda n: progress.advance(task, n))
+
+
+def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output has no terminal width; rich would fall back to 80 and wrap the tables.
+    width = None if stream.isatty() or "COLUMNS" in os.environ else 160
+    return Console(stderr=stderr, width=width, force_terminal=force_terminal)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

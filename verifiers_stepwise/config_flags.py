@@ -1,0 +1,73 @@
+"""Command-line flags generated from a pydantic config class.
+
+Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (underscores become
+dashes), so an estimator another package registers gets its own flags with no change here.
+Literal fields list their choices, bool fields get ``--name/--no-name``. Values reach the
+config as typed and are validated there (errors name the field); a flag left out keeps the
+config's default. A field whose flag the command already uses is offered as
+``--estimator-field-name`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+__all__ = ["add_config_flags", "config_values", "type_name"]
+
+_PREFIX = "config_field:"
+
+
+def type_name(annotation: Any) -> str:
+    """A short name for a field's type: ``float``, ``sum|max``, ``int | None``."""
+    if get_origin(annotation) is Literal:
+        return "|".join(str(value) for value in get_args(annotation))
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _help(info: FieldInfo) -> str:
+    text = " ".join((info.description or "").split())
+    if info.is_required():
+        default = "required"
+    else:
+        default = f"default: {info.get_default(call_default_factory=True)!r}"
+    return f"{text} ({default})".replace("%", "%%").lstrip()
+
+
+def add_config_flags(group: Any, config: type[BaseModel]) -> None:
+    """Add one flag per field of ``config`` to an argparse parser or argument group."""
+    for name, info in config.model_fields.items():
+        kwargs: dict[str, Any] = {
+            "dest": _PREFIX + name,
+            "default": argparse.SUPPRESS,
+            "help": _help(info),
+        }
+        if info.annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif get_origin(info.annotation) is Literal:
+            # Hand the config the choice itself, not its spelling (Literal[1, 2] wants ints).
+            values = {str(v): v for v in get_args(info.annotation)}
+            kwargs["type"] = lambda text, values=values: values.get(text, text)
+            kwargs["choices"] = list(values.values())
+            kwargs["metavar"] = "{" + ",".join(values) + "}"
+        else:
+            kwargs["metavar"] = type_name(info.annotation).upper()
+        flag = name.replace("_", "-")
+        try:
+            group.add_argument(f"--{flag}", **kwargs)
+        except argparse.ArgumentError:  # the command has a flag of that name
+            group.add_argument(f"--estimator-{flag}", **kwargs)
+
+
+def config_values(namespace: argparse.Namespace) -> dict[str, Any]:
+    """The config fields given on the command line, by field name."""
+    return {
+        dest[len(_PREFIX):]: value
+        for dest, value in vars(namespace).items()
+        if dest.startswith(_PREFIX)
+    }
