@@ -1,4 +1,4 @@
-"""Vectorized returns + advantages vs plain Python, same run, same data.
+"""Batched returns + advantages (compiled kernels) vs plain Python, same run, same data.
 
 65,536 trajectories of 1–16 turns in groups of 16, gamma 0.9; both aggregations and every
 baseline. Prints the median time of each path, the ratio, and turns per second.
@@ -96,26 +96,26 @@ def main() -> None:
     groups = template.split(rewards)
 
     print(f"{args.trajectories} trajectories, {n_turns} turns, groups of {args.group_size}, gamma {args.gamma}")
-    print(f"{'aggregation':<11} {'baseline':<14} {'numpy ms':>9} {'python ms':>10} {'ratio':>7} {'Mturns/s':>9}")
+    print(f"{'aggregation':<11} {'baseline':<14} {'batched ms':>10} {'python ms':>10} {'ratio':>7} {'Mturns/s':>9}")
     for aggregation in ("sum", "max"):
         for baseline in BASELINES:
             estimator = Stepwise(gamma=args.gamma, aggregation=aggregation, baseline=baseline)
 
-            def vectorized() -> np.ndarray:
+            def batched() -> np.ndarray:
                 # A fresh batch each time: deriving its index arrays is part of the cost.
                 return estimator.batched(RaggedBatch(rewards, lengths, group_sizes))
 
             def plain() -> list:
                 return python_stepwise(groups, args.gamma, aggregation, baseline)
 
-            check = template.split(vectorized())
+            check = template.split(batched())
             assert np.allclose(
                 [x for g in check for t in g for x in t], [x for g in plain() for t in g for x in t], atol=1e-9
-            ), "vectorized and plain Python disagree"
-            fast = median_seconds(vectorized, args.repeats)
+            ), "batched and plain Python disagree"
+            fast = median_seconds(batched, args.repeats)
             slow = median_seconds(plain, args.python_repeats)
             print(
-                f"{aggregation:<11} {baseline:<14} {fast * 1e3:>9.2f} {slow * 1e3:>10.1f} "
+                f"{aggregation:<11} {baseline:<14} {fast * 1e3:>10.2f} {slow * 1e3:>10.1f} "
                 f"{slow / fast:>6.1f}x {n_turns / fast / 1e6:>9.1f}"
             )
 

@@ -299,6 +299,13 @@ def test_empty_group_is_an_error():
         Stepwise()([])
 
 
+@pytest.mark.parametrize("baseline", ["pooled", "per_turn", "leave_one_out", "trajectory"])
+def test_overflowing_return_in_a_later_group_names_it(baseline):
+    groups = [[[0.0, 1.0], [1.0]], [[1.0], [0.0, 1.5e308, 1.5e308]], [[2.0], [3.0]]]
+    with pytest.raises(ValueError, match="group 1, trajectory 1, turn 0: the return overflows float64"):
+        Stepwise(gamma=1.0, baseline=baseline).batched(RaggedBatch.from_groups(groups))
+
+
 def test_empty_batch():
     batch = RaggedBatch.from_groups([])
     assert Stepwise().batched(batch).size == 0 and GRPO().batched(batch).size == 0

@@ -277,6 +277,12 @@ def test_non_finite_reward_in_a_batch_names_group_trajectory_and_turn():
         RaggedBatch.from_groups(groups)
 
 
+def test_rewards_whose_sum_overflows_are_still_accepted():
+    """Finiteness is proved by a finite sum; a sum that overflows must fall back, not reject."""
+    batch = RaggedBatch.from_groups([[[1.7e308, 1.7e308], [-1.7e308]]])
+    assert batch.rewards.tolist() == [1.7e308, 1.7e308, -1.7e308]
+
+
 def test_non_number_reward():
     with pytest.raises(RewardError, match="group 0, trajectory 1, turn 0: reward 'high' is not a number"):
         RaggedBatch.from_groups([[[1.0], ["high"]]])

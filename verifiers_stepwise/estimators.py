@@ -15,15 +15,14 @@ trajectory has nothing to compare against and gets 0 everywhere.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from verifiers_stepwise.baselines import Scale, center
 from verifiers_stepwise.ragged import RaggedBatch
-from verifiers_stepwise.returns import Aggregation, ragged_discounted_returns
+from verifiers_stepwise.returns import Aggregation, overflow_error
 
 __all__ = [
     "Baseline",
@@ -32,12 +31,14 @@ __all__ = [
     "EstimatorConfig",
     "GRPO",
     "GRPOConfig",
+    "Scale",
     "Stepwise",
     "StepwiseConfig",
     "zero_advantage_groups",
 ]
 
 Baseline = Literal["pooled", "per_turn", "leave_one_out", "trajectory"]
+Scale = Literal["std", "none"]
 
 
 class ConfigError(ValueError):
@@ -125,34 +126,8 @@ class Stepwise(Estimator):
     config: StepwiseConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
-        return _in_chunks(batch, self._advantages)
-
-    def _advantages(self, batch: RaggedBatch) -> np.ndarray:
         c = self.config
-        returns = ragged_discounted_returns(batch, c.gamma, c.aggregation)
-        if c.baseline == "trajectory":
-            return _trajectory_advantages(batch, returns, c.scale, c.eps)
-        if c.baseline == "per_turn":
-            # Regroup turns by (group, turn index); a stable sort keeps trajectory order.
-            key = batch.group_of_turn * int(batch.lengths.max()) + batch.turn_index
-            order = np.argsort(key, kind="stable")
-            key = key[order]
-            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-            counts = np.diff(np.r_[starts, key.size])
-            advantages = np.empty_like(returns)
-            advantages[order] = center(returns[order], starts, counts, scale=c.scale, eps=c.eps)
-            return advantages
-        advantages = center(
-            returns,
-            batch.group_turn_starts,
-            batch.group_turns,
-            scale=c.scale,
-            eps=c.eps,
-            leave_one_out=c.baseline == "leave_one_out",
-        )
-        # A lone trajectory has no peers: its turns would only be compared with each other.
-        advantages[np.repeat(batch.group_sizes == 1, batch.group_turns)] = 0.0
-        return advantages
+        return _advantages(batch, c.gamma, c.aggregation, c.baseline, c.scale, c.eps)
 
 
 class GRPO(Estimator):
@@ -168,29 +143,33 @@ class GRPO(Estimator):
     Config = GRPOConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
-        return _in_chunks(batch, self._advantages)
-
-    def _advantages(self, batch: RaggedBatch) -> np.ndarray:
-        totals = ragged_discounted_returns(batch, 1.0, "sum")
-        return _trajectory_advantages(batch, totals, self.config.scale, self.config.eps)
+        # G_j is the undiscounted return of the first turn, compared across trajectories.
+        return _advantages(batch, 1.0, "sum", "trajectory", self.config.scale, self.config.eps)
 
 
-# Groups are independent, so large batches are scored a few thousand groups at a time: the
-# dozens of temporaries then stay in CPU cache, which is ~2x faster than streaming through RAM.
-CHUNK_TURNS = 1 << 15
+def _advantages(
+    batch: RaggedBatch, gamma: float, aggregation: Aggregation, baseline: Baseline, scale: Scale, eps: float
+) -> np.ndarray:
+    """(n_turns,) advantages, one compiled pass per group (``kernels.group_advantages``)."""
+    from verifiers_stepwise import kernels  # numba: compiled on first use
 
-
-def _in_chunks(batch: RaggedBatch, advantages: Callable[[RaggedBatch], np.ndarray]) -> np.ndarray:
-    if batch.n_turns <= CHUNK_TURNS:
-        return advantages(batch) if batch.n_turns else np.zeros(0)
-    return np.concatenate([advantages(chunk) for chunk in batch.chunks(CHUNK_TURNS)])
-
-
-def _trajectory_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
-    """Compare first-turn returns across each group's trajectories; broadcast to their turns."""
-    first = returns[batch.trajectory_ends - batch.lengths]
-    per_trajectory = center(first, batch.group_starts, batch.group_sizes, scale=scale, eps=eps)
-    return np.repeat(per_trajectory, batch.lengths)
+    advantages = np.empty(batch.n_turns)
+    failed = kernels.group_advantages(
+        batch.rewards,
+        batch.lengths,
+        batch.group_sizes,
+        gamma,
+        kernels.AGGREGATION_CODES[aggregation],
+        kernels.BASELINE_CODES[baseline],
+        scale == "std",
+        eps,
+        advantages,
+    )
+    if failed >= 0:
+        # Only the failing group's returns were written; everything before it is finite.
+        stop = int(batch.group_turns[: failed + 1].sum())
+        raise overflow_error(batch, advantages[:stop], gamma)
+    return advantages
 
 
 def zero_advantage_groups(batch: RaggedBatch, advantages: np.ndarray) -> np.ndarray:

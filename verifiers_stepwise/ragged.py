@@ -7,13 +7,13 @@ Layout (all numpy, no Python objects per turn):
     lengths      (n_traj,)   int64     turns per trajectory, each >= 1
     group_sizes  (n_groups,) int64     trajectories per group, each >= 1
 
-Index arrays derived from the lengths (turn position, turns remaining, group of a turn) are
+Index arrays derived from the lengths (turn position, group of a turn) are
 computed once, on first use, and are pure functions of the three arrays above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -54,8 +54,11 @@ class RaggedBatch:
             raise RewardError(
                 f"lengths sum to {int(lengths.sum())} turns but rewards hold {rewards.size}"
             )
-        finite = np.isfinite(rewards)
-        if not finite.all():
+        # A NaN or infinity makes the sum non-finite, so a finite sum proves every reward finite
+        # (one vectorized reduction); an overflowing sum only sends us to the exact check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = np.add.reduce(rewards)
+        if not np.isfinite(total) and not (finite := np.isfinite(rewards)).all():
             i = int(np.argmin(finite))
             g, j, t = self.locate(i, lengths, group_sizes)
             raise RewardError(
@@ -103,23 +106,6 @@ class RaggedBatch:
         group_ends = np.cumsum(self.group_sizes).tolist()
         return [trajectories[e - n : e] for e, n in zip(group_ends, self.group_sizes.tolist())]
 
-    def chunks(self, turns: int) -> Iterator[RaggedBatch]:
-        """Consecutive sub-batches of whole groups, each about ``turns`` turns (at least one
-        group), covering the batch in order. Lets a caller keep its working set in cache."""
-        if self.n_groups == 0:
-            return
-        group_ends = np.cumsum(self.group_turns)
-        cuts = np.unique(np.searchsorted(group_ends, np.arange(turns, group_ends[-1], turns), side="left") + 1)
-        group_bounds = np.r_[0, cuts[cuts < self.n_groups], self.n_groups]
-        trajectory_bounds = np.r_[0, np.cumsum(self.group_sizes)][group_bounds]
-        turn_bounds = np.r_[0, group_ends][group_bounds]
-        for k in range(group_bounds.size - 1):
-            chunk = object.__new__(RaggedBatch)  # slices of a validated batch: already valid
-            object.__setattr__(chunk, "rewards", self.rewards[turn_bounds[k] : turn_bounds[k + 1]])
-            object.__setattr__(chunk, "lengths", self.lengths[trajectory_bounds[k] : trajectory_bounds[k + 1]])
-            object.__setattr__(chunk, "group_sizes", self.group_sizes[group_bounds[k] : group_bounds[k + 1]])
-            yield chunk
-
     # -- sizes ------------------------------------------------------------------------------
 
     @property
@@ -142,17 +128,9 @@ class RaggedBatch:
         return np.cumsum(self.lengths)
 
     @cached_property
-    def turns_remaining(self) -> np.ndarray:
-        """(n_turns,) turns after this one in its trajectory: T − 1 − t (0 on the last)."""
-        index = np.int32 if self.n_turns < 2**31 else np.int64  # half the memory traffic
-        remaining = np.repeat((self.trajectory_ends - 1).astype(index), self.lengths)
-        remaining -= np.arange(self.n_turns, dtype=index)
-        return remaining
-
-    @cached_property
     def turn_index(self) -> np.ndarray:
         """(n_turns,) position t of each turn inside its trajectory, from 0."""
-        return np.repeat(self.lengths, self.lengths) - 1 - self.turns_remaining
+        return np.arange(self.n_turns) - np.repeat(self.trajectory_ends - self.lengths, self.lengths)
 
     @cached_property
     def group_turns(self) -> np.ndarray:

@@ -9,11 +9,9 @@ with γ^0 = 1. "sum" is the discounted reward-to-go; "max" credits a turn with t
 discounted score it leads to (Kevin's choice for refinement, where later turns re-score the
 same kernel). Rewards may have any sign; note that with γ = 0, max gives max(r_t, 0) for t < T.
 
-The ragged form computes every trajectory of a batch at once with a log-depth (Hillis–Steele)
-scan over the flat array: after the pass with offset k, each R_t holds the aggregate of its
-next 2k turns, so ⌈log2 T_max⌉ vectorized passes replace the loop over turns. Each entry only
-ever combines finite values of its own trajectory (others enter multiplied by exactly 0 or are
-ignored by fmax), so results never depend on neighbouring trajectories or on batch order.
+The ragged form runs the backward recursion R_t = r_t ⊕ γ R_{t+1} over every trajectory of a
+batch in one compiled loop (``kernels.trajectory_returns``); each trajectory only ever reads
+its own rewards, so results never depend on neighbouring trajectories or on batch order.
 """
 
 from __future__ import annotations
@@ -77,42 +75,23 @@ def ragged_discounted_returns(
     Returns:
       (n_turns,) float64, R_t in the same flat layout as ``batch.rewards``.
     """
+    from verifiers_stepwise import kernels  # numba: compiled on first use
+
     gamma = check_gamma(gamma)
-    check_aggregation(aggregation)
-    returns = batch.rewards.copy()
-    n = returns.size
-    if n == 0:
-        return returns
-    remaining = batch.turns_remaining
-    longest = int(remaining.max())
-    shifted = np.empty(n)
-    reaches = np.empty(n, dtype=bool)
-    gate = np.empty(n) if aggregation == "max" else None
-    k = 1
-    # Masked ufuncs (where=) are ~10x slower than plain ones, so the "same trajectory" test is
-    # applied arithmetically: sum multiplies the shifted term by 0/1, max adds 0/NaN and uses
-    # fmax, which ignores NaN. Overflow is reported below with its location.
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        while k <= longest:  # ⌈log2 T_max⌉ passes, each over the whole batch
-            m = n - k
-            # R_t ← R_t ⊕ γ^k R_{t+k}, only where turn t+k belongs to the same trajectory.
-            np.greater_equal(remaining[:m], k, out=reaches[:m])
-            np.multiply(returns[k:], gamma**k, out=shifted[:m])
-            if gate is None:
-                np.multiply(shifted[:m], reaches[:m], out=shifted[:m])
-                np.add(returns[:m], shifted[:m], out=returns[:m])
-            else:
-                np.divide(0.0, reaches[:m], out=gate[:m])  # 0 where reached, NaN elsewhere
-                np.add(shifted[:m], gate[:m], out=shifted[:m])
-                np.fmax(returns[:m], shifted[:m], out=returns[:m])
-            k *= 2
+    code = kernels.AGGREGATION_CODES[check_aggregation(aggregation)]
+    returns = np.empty(batch.n_turns)
+    kernels.ragged_returns(batch.rewards, batch.lengths, gamma, code, returns)
     if not np.isfinite(returns).all():
-        # An overflow is ±inf in its own trajectory; 0·inf leaks NaN only into neighbours.
-        bad = np.isinf(returns) if np.isinf(returns).any() else ~np.isfinite(returns)
-        i = int(np.argmax(bad))
-        g, j, t = RaggedBatch.locate(i, batch.lengths, batch.group_sizes)
-        raise RewardError(
-            f"group {g}, trajectory {j}, turn {t}: the return overflows float64 "
-            f"(rewards too large for gamma={gamma})"
-        )
+        raise overflow_error(batch, returns, gamma)
     return returns
+
+
+def overflow_error(batch: RaggedBatch, returns: np.ndarray, gamma: float) -> RewardError:
+    """Names the first turn whose return is not finite; earlier turns of its trajectory carry
+    the overflow forward, so that is the trajectory's first turn reached by it."""
+    i = int(np.argmin(np.isfinite(returns)))
+    g, j, t = RaggedBatch.locate(i, batch.lengths, batch.group_sizes)
+    return RewardError(
+        f"group {g}, trajectory {j}, turn {t}: the return overflows float64 "
+        f"(rewards too large for gamma={gamma})"
+    )
