@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import verifiers.v1 as vf
 from hypothesis import given, settings
@@ -96,6 +97,11 @@ def test_without_turn_nodes_each_sampled_node_is_one_turn():
         (None, [[2], [6], [8]], r"every sampled node exactly once.*\(missing \[4\]\)"),
         (None, [[2, 4], [4, 6], [8]], r"turn_nodes\[1\] = \[4, 6\] does not come after"),
         (None, [[4, 6], [2], [8]], r"turn_nodes\[1\] = \[2\] does not come after"),
+        # equal to the sampled nodes in value but not ints, or not lists: the fast path must
+        # not let them through
+        (None, [[2.0], [4, 6], [8]], r"turn_nodes\[0\] lists 2.0, which is not a sampled node"),
+        (None, [[2], [4, 6], {8: 1}], r"turn_nodes\[2\] must be a non-empty list"),
+        ([0.0, math.nan, 1.0], None, r"turn 1 reward nan is not a finite number"),
         ([0.0, "0.5", 1.0], None, r"turn 1 reward '0.5' is not a finite number"),
         ([0.0, True, 1.0], None, r"turn 1 reward True is not a finite number"),
         ([0.0, math.inf, 1.0], None, r"turn 1 reward inf is not a finite number"),
@@ -112,6 +118,15 @@ def test_disagreeing_schemas_raise_naming_the_trace(rewards, turn_nodes, message
     with pytest.raises(TurnSchemaError, match=message) as error:
         read_turns(b.trace)
     assert str(error.value).startswith(f"trace {b.trace.id}: ")
+
+
+def test_other_real_numbers_and_tuples_are_read_as_the_slow_path_always_did():
+    b, _ = three_turns()
+    b.trace.info["turn_rewards"] = [0, 0.5, np.float32(1.0)]
+    b.trace.info["turn_nodes"] = [(2,), [4, 6], [8]]
+    turns = read_turns(b.trace)
+    assert turns.rewards == [0.0, 0.5, 1.0] and all(type(r) is float for r in turns.rewards)
+    assert turns.nodes == [[2], [4, 6], [8]]
 
 
 def test_each_turn_advantage_lands_on_exactly_that_turns_sampled_tokens():

@@ -21,11 +21,34 @@ POOLED, PER_TURN, LEAVE_ONE_OUT, TRAJECTORY = 0, 1, 2, 3
 AGGREGATION_CODES = {"sum": SUM, "max": MAX}
 BASELINE_CODES = {"pooled": POOLED, "per_turn": PER_TURN, "leave_one_out": LEAVE_ONE_OUT, "trajectory": TRAJECTORY}
 
+# What ``layout_problem`` found.
+CONSISTENT, EMPTY_TRAJECTORY, EMPTY_GROUP, TRAJECTORY_COUNT, TURN_COUNT = 0, 1, 2, 3, 4
+
 # Powers of two beyond float64's exponent range are clamped: a segment whose largest value is
 # below 2^-960 (~1e-289) is treated on a coarser grid, which only ever rounds it towards 0.
 _MIN_EXPONENT = -960
 
 _jit = njit(cache=True, nogil=True)
+
+
+@_jit
+def layout_problem(lengths: np.ndarray, group_sizes: np.ndarray, n_turns: int) -> tuple[int, int]:
+    """The first inconsistency of a ragged layout and where it is, or (CONSISTENT, 0):
+    (EMPTY_TRAJECTORY, j) lengths[j] < 1; (EMPTY_GROUP, g) group_sizes[g] < 1;
+    (TRAJECTORY_COUNT, Σ group_sizes) ≠ n_traj; (TURN_COUNT, Σ lengths) ≠ n_turns.
+    One compiled call: trainers build a batch per group, where numpy's per-call cost dominates.
+    """
+    for j in range(lengths.size):
+        if lengths[j] < 1:
+            return EMPTY_TRAJECTORY, j
+    for g in range(group_sizes.size):
+        if group_sizes[g] < 1:
+            return EMPTY_GROUP, g
+    if group_sizes.sum() != lengths.size:
+        return TRAJECTORY_COUNT, group_sizes.sum()
+    if lengths.sum() != n_turns:
+        return TURN_COUNT, lengths.sum()
+    return CONSISTENT, 0
 
 
 @_jit

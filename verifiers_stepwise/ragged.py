@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -38,22 +39,18 @@ class RaggedBatch:
         group_sizes = np.ascontiguousarray(self.group_sizes, dtype=np.int64)
         if rewards.ndim != 1 or lengths.ndim != 1 or group_sizes.ndim != 1:
             raise RewardError("rewards, lengths and group_sizes must be one-dimensional arrays")
-        if lengths.size and lengths.min() < 1:
-            t = int(np.argmax(lengths < 1))
-            g, j = self._locate_trajectory(group_sizes, t)
+        from verifiers_stepwise import kernels  # numba: compiled on first use
+
+        problem, at = kernels.layout_problem(lengths, group_sizes, rewards.size)
+        if problem == kernels.EMPTY_TRAJECTORY:
+            g, j = self._locate_trajectory(group_sizes, at)
             raise RewardError(f"group {g}, trajectory {j}: a trajectory needs at least one turn")
-        if group_sizes.size and group_sizes.min() < 1:
-            g = int(np.argmax(group_sizes < 1))
-            raise RewardError(f"group {g}: a group needs at least one trajectory")
-        if int(group_sizes.sum()) != lengths.size:
-            raise RewardError(
-                f"group_sizes sum to {int(group_sizes.sum())} trajectories "
-                f"but lengths describe {lengths.size}"
-            )
-        if int(lengths.sum()) != rewards.size:
-            raise RewardError(
-                f"lengths sum to {int(lengths.sum())} turns but rewards hold {rewards.size}"
-            )
+        if problem == kernels.EMPTY_GROUP:
+            raise RewardError(f"group {at}: a group needs at least one trajectory")
+        if problem == kernels.TRAJECTORY_COUNT:
+            raise RewardError(f"group_sizes sum to {at} trajectories but lengths describe {lengths.size}")
+        if problem == kernels.TURN_COUNT:
+            raise RewardError(f"lengths sum to {at} turns but rewards hold {rewards.size}")
         # A NaN or infinity makes the sum non-finite, so a finite sum proves every reward finite
         # (one vectorized reduction); an overflowing sum only sends us to the exact check.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -76,11 +73,7 @@ class RaggedBatch:
         group_sizes = [len(group) for group in groups]
         lengths = [len(trajectory) for group in groups for trajectory in group]
         try:
-            rewards = np.fromiter(
-                (float(r) for group in groups for trajectory in group for r in trajectory),
-                dtype=np.float64,
-                count=sum(lengths),
-            )
+            rewards = np.fromiter(chain.from_iterable(chain.from_iterable(groups)), np.float64, sum(lengths))
         except (TypeError, ValueError):
             cls._raise_bad_value(groups)
             raise
@@ -101,10 +94,10 @@ class RaggedBatch:
     def split(self, per_turn: np.ndarray) -> list[list[list[float]]]:
         """Cut a flat per-turn array back into ``groups[g][j][t]`` nested lists."""
         values = per_turn.tolist()
-        ends = self.trajectory_ends.tolist()
-        trajectories = [values[e - n : e] for e, n in zip(ends, self.lengths.tolist())]
-        group_ends = np.cumsum(self.group_sizes).tolist()
-        return [trajectories[e - n : e] for e, n in zip(group_ends, self.group_sizes.tolist())]
+        lengths = self.lengths.tolist()
+        trajectories = [values[end - n : end] for end, n in zip(accumulate(lengths), lengths)]
+        sizes = self.group_sizes.tolist()
+        return [trajectories[end - n : end] for end, n in zip(accumulate(sizes), sizes)]
 
     # -- sizes ------------------------------------------------------------------------------
 

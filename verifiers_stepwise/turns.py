@@ -28,7 +28,9 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from itertools import compress, count
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from verifiers.v1 import Trace
@@ -48,15 +50,17 @@ __all__ = [
 
 TURN_REWARDS = "turn_rewards"
 TURN_NODES = "turn_nodes"
+_SAMPLED = attrgetter("sampled")
 
 
 class TurnSchemaError(ValueError):
     """Per-turn data that disagrees with its trace; names the trace and what disagreed."""
 
 
-@dataclass(frozen=True)
-class TraceTurns:
-    """A trace's turns: ``rewards[t]`` and the sampled node indices ``nodes[t]`` of turn t."""
+class TraceTurns(NamedTuple):
+    """A trace's turns: ``rewards[t]`` and the sampled node indices ``nodes[t]`` of turn t.
+
+    (A named tuple: trainers build one per trace per step, and it constructs fastest.)"""
 
     rewards: list[float]
     nodes: list[list[int]]
@@ -69,12 +73,13 @@ def read_turns(trace: Trace) -> TraceTurns | None:
     ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
     when a sampled node belongs to no turn or to two, when turns are out of node order, or
     (without ``turn_nodes``) when the reward count differs from the sampled-node count.
+    The result is read-only: its ``nodes`` may be the very lists held in ``trace.info``.
     """
     info = trace.info or {}
     if TURN_REWARDS not in info:
         return None
     rewards = _rewards(trace, info[TURN_REWARDS])
-    sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
+    sampled = list(compress(count(), map(_SAMPLED, trace.nodes)))
     if TURN_NODES not in info:
         if len(rewards) != len(sampled):
             raise TurnSchemaError(
@@ -82,16 +87,7 @@ def read_turns(trace: Trace) -> TraceTurns | None:
                 f"nodes, and no turn_nodes to say which node belongs to which turn"
             )
         return TraceTurns(rewards, [[i] for i in sampled])
-    nodes = _turn_nodes(trace, info[TURN_NODES], len(rewards), set(sampled))
-    listed = sorted(i for turn in nodes for i in turn)
-    if listed != sampled:
-        missing = sorted(set(sampled) - set(listed))
-        raise TurnSchemaError(
-            f"trace {trace.id}: turn_nodes must list every sampled node exactly once; "
-            f"sampled nodes {sampled}, listed {listed}"
-            + (f" (missing {missing})" if missing else "")
-        )
-    return TraceTurns(rewards, nodes)
+    return TraceTurns(rewards, _turn_nodes(trace, info[TURN_NODES], len(rewards), sampled))
 
 
 def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
@@ -128,12 +124,13 @@ def place_advantages(trace: Trace, turns: TraceTurns, advantages: Sequence[float
         raise TurnSchemaError(
             f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
         )
-    for value, nodes in zip(advantages, turns.nodes):
+    trace_nodes = trace.nodes
+    for value, nodes in zip(map(float, advantages), turns.nodes):
         for i in nodes:
-            node = trace.nodes[i]
+            node = trace_nodes[i]
             n_sampled = sum(node.mask)
             if n_sampled:
-                node.advantages = [float(value)] * n_sampled
+                node.advantages = [value] * n_sampled
 
 
 @dataclass(frozen=True)
@@ -225,6 +222,10 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
         raise TurnSchemaError(
             f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}"
         )
+    # Trainers read this once per trace, so the usual case (floats with a finite sum, which a
+    # NaN or infinity would spoil) skips the per-value checks below, with C-level builtins.
+    if set(map(type, raw)) == {float} and math.isfinite(sum(raw)):
+        return list(raw)
     rewards = []
     for t, r in enumerate(raw, start=first):
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
@@ -235,7 +236,17 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
     return rewards
 
 
-def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: set[int]) -> list[list[int]]:
+def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
+    # The usual case, checked with a few C-level builtins (trainers read every trace each
+    # step): non-empty lists of ints that, read in order, are exactly the sampled nodes in node
+    # order. That alone meets every rule below. sum(raw, []) fails unless every turn is a list.
+    if type(raw) is list and len(raw) == n_turns and all(raw):
+        try:
+            listed = sum(raw, [])
+        except TypeError:
+            listed = None
+        if listed == sampled and set(map(type, listed)) == {int}:
+            return raw
     if not isinstance(raw, (list, tuple)):
         raise TurnSchemaError(
             f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, "
@@ -247,6 +258,7 @@ def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: set[int]) -> list
         )
     nodes: list[list[int]] = []
     previous = -1
+    sampled_set = set(sampled)
     for t, turn in enumerate(raw):
         if not isinstance(turn, (list, tuple)) or not turn:
             raise TurnSchemaError(
@@ -254,7 +266,7 @@ def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: set[int]) -> list
                 f"indices, got {turn!r}"
             )
         for i in turn:
-            if isinstance(i, bool) or not isinstance(i, int) or i not in sampled:
+            if isinstance(i, bool) or not isinstance(i, int) or i not in sampled_set:
                 raise TurnSchemaError(
                     f"trace {trace.id}: {TURN_NODES}[{t}] lists {i!r}, which is not a sampled "
                     f"node of the trace"
@@ -266,4 +278,12 @@ def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: set[int]) -> list
             )
         previous = max(turn)
         nodes.append(list(turn))
+    listed = sorted(i for turn in nodes for i in turn)
+    if listed != sampled:
+        missing = sorted(set(sampled) - set(listed))
+        raise TurnSchemaError(
+            f"trace {trace.id}: turn_nodes must list every sampled node exactly once; "
+            f"sampled nodes {sampled}, listed {listed}"
+            + (f" (missing {missing})" if missing else "")
+        )
     return nodes
