@@ -21,8 +21,8 @@ POOLED, PER_TURN, LEAVE_ONE_OUT, TRAJECTORY = 0, 1, 2, 3
 AGGREGATION_CODES = {"sum": SUM, "max": MAX}
 BASELINE_CODES = {"pooled": POOLED, "per_turn": PER_TURN, "leave_one_out": LEAVE_ONE_OUT, "trajectory": TRAJECTORY}
 
-# What ``layout_problem`` found.
-CONSISTENT, EMPTY_TRAJECTORY, EMPTY_GROUP, TRAJECTORY_COUNT, TURN_COUNT = 0, 1, 2, 3, 4
+# What ``batch_problem`` found.
+CONSISTENT, EMPTY_TRAJECTORY, EMPTY_GROUP, TRAJECTORY_COUNT, TURN_COUNT, NOT_FINITE = range(6)
 
 # Powers of two beyond float64's exponent range are clamped: a segment whose largest value is
 # below 2^-960 (~1e-289) is treated on a coarser grid, which only ever rounds it towards 0.
@@ -31,23 +31,38 @@ _MIN_EXPONENT = -960
 _jit = njit(cache=True, nogil=True)
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _sum_in_any_order(x: np.ndarray) -> float:
+    """Σ x, added in whatever order vectorizes; only used to learn whether it is finite."""
+    total = 0.0
+    for i in range(x.size):
+        total += x[i]
+    return total
+
+
 @_jit
-def layout_problem(lengths: np.ndarray, group_sizes: np.ndarray, n_turns: int) -> tuple[int, int]:
-    """The first inconsistency of a ragged layout and where it is, or (CONSISTENT, 0):
+def batch_problem(rewards: np.ndarray, lengths: np.ndarray, group_sizes: np.ndarray) -> tuple[int, int]:
+    """The first inconsistency of a ragged batch and where it is, or (CONSISTENT, 0):
     (EMPTY_TRAJECTORY, j) lengths[j] < 1; (EMPTY_GROUP, g) group_sizes[g] < 1;
-    (TRAJECTORY_COUNT, Σ group_sizes) ≠ n_traj; (TURN_COUNT, Σ lengths) ≠ n_turns.
-    One compiled call: trainers build a batch per group, where numpy's per-call cost dominates.
+    (TRAJECTORY_COUNT, Σ group_sizes) ≠ n_traj; (TURN_COUNT, Σ lengths) ≠ n_turns;
+    (NOT_FINITE, i) rewards[i] is NaN or infinite.
+
+    One compiled call, because trainers build a batch per group, where numpy's per-call cost
+    would dominate. A NaN or infinity makes the sum non-finite, so a finite sum proves every
+    reward finite; an overflowing sum only sends us to the element-wise search.
     """
-    for j in range(lengths.size):
-        if lengths[j] < 1:
-            return EMPTY_TRAJECTORY, j
-    for g in range(group_sizes.size):
-        if group_sizes[g] < 1:
-            return EMPTY_GROUP, g
+    if lengths.size and lengths.min() < 1:  # a vectorized pass; the search only on failure
+        return EMPTY_TRAJECTORY, np.argmin(lengths >= 1)
+    if group_sizes.size and group_sizes.min() < 1:
+        return EMPTY_GROUP, np.argmin(group_sizes >= 1)
     if group_sizes.sum() != lengths.size:
         return TRAJECTORY_COUNT, group_sizes.sum()
-    if lengths.sum() != n_turns:
+    if lengths.sum() != rewards.size:
         return TURN_COUNT, lengths.sum()
+    if not np.isfinite(_sum_in_any_order(rewards)):
+        for i in range(rewards.size):
+            if not np.isfinite(rewards[i]):
+                return NOT_FINITE, i
     return CONSISTENT, 0
 
 

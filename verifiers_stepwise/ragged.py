@@ -41,7 +41,7 @@ class RaggedBatch:
             raise RewardError("rewards, lengths and group_sizes must be one-dimensional arrays")
         from verifiers_stepwise import kernels  # numba: compiled on first use
 
-        problem, at = kernels.layout_problem(lengths, group_sizes, rewards.size)
+        problem, at = kernels.batch_problem(rewards, lengths, group_sizes)
         if problem == kernels.EMPTY_TRAJECTORY:
             g, j = self._locate_trajectory(group_sizes, at)
             raise RewardError(f"group {g}, trajectory {j}: a trajectory needs at least one turn")
@@ -51,16 +51,9 @@ class RaggedBatch:
             raise RewardError(f"group_sizes sum to {at} trajectories but lengths describe {lengths.size}")
         if problem == kernels.TURN_COUNT:
             raise RewardError(f"lengths sum to {at} turns but rewards hold {rewards.size}")
-        # A NaN or infinity makes the sum non-finite, so a finite sum proves every reward finite
-        # (one vectorized reduction); an overflowing sum only sends us to the exact check.
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = np.add.reduce(rewards)
-        if not np.isfinite(total) and not (finite := np.isfinite(rewards)).all():
-            i = int(np.argmin(finite))
-            g, j, t = self.locate(i, lengths, group_sizes)
-            raise RewardError(
-                f"group {g}, trajectory {j}, turn {t}: reward {float(rewards[i])!r} is not finite"
-            )
+        if problem == kernels.NOT_FINITE:
+            g, j, t = self.locate(at, lengths, group_sizes)
+            raise RewardError(f"group {g}, trajectory {j}, turn {t}: reward {float(rewards[at])!r} is not finite")
         object.__setattr__(self, "rewards", rewards)
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "group_sizes", group_sizes)
@@ -70,8 +63,8 @@ class RaggedBatch:
     @classmethod
     def from_groups(cls, groups: Sequence[Sequence[Sequence[float]]]) -> RaggedBatch:
         """Build from nested lists: ``groups[g][j][t]`` is turn t of trajectory j of group g."""
-        group_sizes = [len(group) for group in groups]
-        lengths = [len(trajectory) for group in groups for trajectory in group]
+        group_sizes = list(map(len, groups))
+        lengths = list(map(len, chain.from_iterable(groups)))
         try:
             rewards = np.fromiter(chain.from_iterable(chain.from_iterable(groups)), np.float64, sum(lengths))
         except (TypeError, ValueError):
