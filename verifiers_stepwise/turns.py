@@ -51,6 +51,7 @@ __all__ = [
 TURN_REWARDS = "turn_rewards"
 TURN_NODES = "turn_nodes"
 _SAMPLED = attrgetter("sampled")
+_ABSENT = object()
 
 
 class TurnSchemaError(ValueError):
@@ -76,18 +77,35 @@ def read_turns(trace: Trace) -> TraceTurns | None:
     The result is read-only: its ``nodes`` may be the very lists held in ``trace.info``.
     """
     info = trace.info or {}
-    if TURN_REWARDS not in info:
+    raw_rewards = info.get(TURN_REWARDS, _ABSENT)
+    if raw_rewards is _ABSENT:
         return None
-    rewards = _rewards(trace, info[TURN_REWARDS])
+    # Trainers read every trace every step, so the usual case is checked first with a few
+    # C-level builtins; anything else goes through the checks that name what is wrong.
+    # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
+    if type(raw_rewards) is list and set(map(type, raw_rewards)) == {float} and math.isfinite(sum(raw_rewards)):
+        rewards = raw_rewards[:]
+    else:
+        rewards = _rewards(trace, raw_rewards)
     sampled = list(compress(count(), map(_SAMPLED, trace.nodes)))
-    if TURN_NODES not in info:
+    raw_nodes = info.get(TURN_NODES, _ABSENT)
+    if raw_nodes is _ABSENT:
         if len(rewards) != len(sampled):
             raise TurnSchemaError(
                 f"trace {trace.id}: {len(rewards)} turn_rewards but {len(sampled)} sampled "
                 f"nodes, and no turn_nodes to say which node belongs to which turn"
             )
         return TraceTurns(rewards, [[i] for i in sampled])
-    return TraceTurns(rewards, _turn_nodes(trace, info[TURN_NODES], len(rewards), sampled))
+    # Non-empty lists of ints that, read in order, are exactly the sampled nodes meet every
+    # rule of _turn_nodes (sum(raw_nodes, []) fails unless every turn is a list).
+    if type(raw_nodes) is list and len(raw_nodes) == len(rewards) and all(raw_nodes):
+        try:
+            listed = sum(raw_nodes, [])
+        except TypeError:
+            listed = None
+        if listed == sampled and set(map(type, listed)) == {int}:
+            return TraceTurns(rewards, raw_nodes)
+    return TraceTurns(rewards, _turn_nodes(trace, raw_nodes, len(rewards), sampled))
 
 
 def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
@@ -222,10 +240,6 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
         raise TurnSchemaError(
             f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}"
         )
-    # Trainers read this once per trace, so the usual case (floats with a finite sum, which a
-    # NaN or infinity would spoil) skips the per-value checks below, with C-level builtins.
-    if set(map(type, raw)) == {float} and math.isfinite(sum(raw)):
-        return list(raw)
     rewards = []
     for t, r in enumerate(raw, start=first):
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
@@ -237,16 +251,6 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
 
 
 def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
-    # The usual case, checked with a few C-level builtins (trainers read every trace each
-    # step): non-empty lists of ints that, read in order, are exactly the sampled nodes in node
-    # order. That alone meets every rule below. sum(raw, []) fails unless every turn is a list.
-    if type(raw) is list and len(raw) == n_turns and all(raw):
-        try:
-            listed = sum(raw, [])
-        except TypeError:
-            listed = None
-        if listed == sampled and set(map(type, listed)) == {int}:
-            return raw
     if not isinstance(raw, (list, tuple)):
         raise TurnSchemaError(
             f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, "
