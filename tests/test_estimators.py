@@ -302,8 +302,31 @@ def test_empty_group_is_an_error():
 @pytest.mark.parametrize("baseline", ["pooled", "per_turn", "leave_one_out", "trajectory"])
 def test_overflowing_return_in_a_later_group_names_it(baseline):
     groups = [[[0.0, 1.0], [1.0]], [[1.0], [0.0, 1.5e308, 1.5e308]], [[2.0], [3.0]]]
-    with pytest.raises(ValueError, match="group 1, trajectory 1, turn 0: the return overflows float64"):
+    # turn 1 is where 1.5e308 + 1.5e308 overflows; turn 0 only inherits it
+    with pytest.raises(ValueError, match="group 1, trajectory 1, turn 1: the return overflows float64"):
         Stepwise(gamma=1.0, baseline=baseline).batched(RaggedBatch.from_groups(groups))
+
+
+def test_overflow_is_named_in_its_own_group_not_in_an_earlier_one():
+    groups = [
+        [[1.7e308], [-1.7e308], [-1.7e308]],  # finite returns; mean-only advantages overflow
+        [[1.7e308, 1.7e308], [0.0]],  # this return overflows
+    ]
+    # Mean-only: group 0's advantages overflow first, and that is what is named.
+    with pytest.raises(ValueError, match="group 0, trajectory 0, turn 0: the advantage overflows float64"):
+        Stepwise(gamma=1.0, scale="none").batched(RaggedBatch.from_groups(groups))
+    # Std-scaled: group 0 is fine, with advantages as large as float64 allows nearby; group 1's
+    # return overflow must not be blamed on them.
+    with pytest.raises(ValueError, match="group 1, trajectory 0, turn 0: the return overflows float64"):
+        Stepwise(gamma=1.0, scale="std").batched(RaggedBatch.from_groups(groups))
+
+
+@pytest.mark.parametrize("baseline", ["pooled", "per_turn", "leave_one_out", "trajectory"])
+def test_advantages_beyond_float64_are_an_error_not_infinities(baseline):
+    group = [[1.7e308], [-1.7e308], [-1.7e308]]
+    with pytest.raises(ValueError, match="the advantage overflows float64"):
+        Stepwise(scale="none", baseline=baseline)(group)
+    assert np.isfinite(Stepwise(scale="std", baseline=baseline)(group)).all()
 
 
 def test_empty_batch():

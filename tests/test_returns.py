@@ -242,8 +242,20 @@ def test_hand_worked(rewards, gamma, aggregation, expected):
 @settings(max_examples=25)
 @given(st.floats(4e307, 1.7e308))
 def test_huge_rewards_overflowing_the_return_are_an_error(r):
-    with pytest.raises(RewardError, match="group 0, trajectory 0, turn 0: the return overflows"):
-        discounted_returns([r] * 4 + [r], 1.0)
+    # The turn named is where the backward recursion first overflows: the latest one.
+    later, overflows = r, 0
+    for t in (3, 2, 1, 0):
+        later = r + later
+        if math.isinf(later):
+            overflows = max(overflows, t)
+    with pytest.raises(RewardError, match=f"group 0, trajectory 0, turn {overflows}: the return overflows"):
+        discounted_returns([r] * 5, 1.0)
+
+
+def test_overflow_names_the_turn_whose_return_overflows_not_those_that_inherit_it():
+    # R_0 = -1.7e308 + 0.4 R_1 is finite in exact arithmetic; R_1 = 1.7e308 + 0.4 · 1.7e308 is not.
+    with pytest.raises(RewardError, match="group 0, trajectory 0, turn 1: the return overflows"):
+        discounted_returns([-1.7e308, 1.7e308, 1.7e308], 0.4)
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -281,6 +293,11 @@ def test_rewards_whose_sum_overflows_are_still_accepted():
     """Finiteness is proved by a finite sum; a sum that overflows must fall back, not reject."""
     batch = RaggedBatch.from_groups([[[1.7e308, 1.7e308], [-1.7e308]]])
     assert batch.rewards.tolist() == [1.7e308, 1.7e308, -1.7e308]
+
+
+def test_none_reward_is_not_a_number_rather_than_nan():
+    with pytest.raises(RewardError, match="group 0, trajectory 0, turn 1: reward None is not a number"):
+        RaggedBatch.from_groups([[[0.0, None]]])
 
 
 def test_non_number_reward():

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from verifiers_stepwise.ragged import RaggedBatch
+from verifiers_stepwise.ragged import RaggedBatch, RewardError
 from verifiers_stepwise.returns import Aggregation, overflow_error
 
 __all__ = [
@@ -154,7 +154,7 @@ def _advantages(
     from verifiers_stepwise import kernels  # numba: compiled on first use
 
     advantages = np.empty(batch.n_turns)
-    failed = kernels.group_advantages(
+    problem, g = kernels.group_advantages(
         batch.rewards,
         batch.lengths,
         batch.group_sizes,
@@ -165,10 +165,16 @@ def _advantages(
         eps,
         advantages,
     )
-    if failed >= 0:
-        # Only the failing group's returns were written; everything before it is finite.
-        stop = int(batch.group_turns[: failed + 1].sum())
-        raise overflow_error(batch, advantages[:stop], gamma)
+    if problem != kernels.FINITE:
+        # Earlier groups' advantages were checked finite; later groups are unwritten.
+        written = advantages[: int(batch.group_turn_starts[g] + batch.group_turns[g])]
+        if problem == kernels.RETURN_OVERFLOW:
+            raise overflow_error(batch, written, gamma)
+        g, j, t = RaggedBatch.locate(int(np.argmin(np.isfinite(written))), batch.lengths, batch.group_sizes)
+        raise RewardError(
+            f"group {g}, trajectory {j}, turn {t}: the advantage overflows float64 (returns "
+            f"spread too wide for scale={scale!r}{', leave_one_out' if baseline == 'leave_one_out' else ''})"
+        )
     return advantages
 
 

@@ -21,6 +21,9 @@ POOLED, PER_TURN, LEAVE_ONE_OUT, TRAJECTORY = 0, 1, 2, 3
 AGGREGATION_CODES = {"sum": SUM, "max": MAX}
 BASELINE_CODES = {"pooled": POOLED, "per_turn": PER_TURN, "leave_one_out": LEAVE_ONE_OUT, "trajectory": TRAJECTORY}
 
+# What ``group_advantages`` found.
+FINITE, RETURN_OVERFLOW, ADVANTAGE_OVERFLOW = range(3)
+
 # What ``batch_problem`` found.
 CONSISTENT, EMPTY_TRAJECTORY, EMPTY_GROUP, TRAJECTORY_COUNT, TURN_COUNT, NOT_FINITE = range(6)
 
@@ -111,14 +114,16 @@ def _unit_exponent(magnitude: float, n: int) -> int:
 
 
 @_jit
-def center(x: np.ndarray, lo: float, hi: float, std: bool, eps: float, leave_one_out: bool) -> None:
+def center(x: np.ndarray, lo: float, hi: float, std: bool, eps: float, leave_one_out: bool) -> bool:
     """x (n,) finite, lo = min(x), hi = max(x) ← advantages of x against its own mean, in place:
 
         mean-only (Dr. GRPO):   A_i = x_i − mean(X)
         std-scaled (GRPO):      A_i = (x_i − mean(X)) / (std(X) + ε)       population std
         leave-one-out (RLOO):   x_i − (Σ_j x_j − x_i) / (n − 1) = n/(n − 1) · (x_i − mean(X))
 
-    All-equal values (a single value included) give exactly 0.
+    All-equal values (a single value included) give exactly 0. Returns whether every advantage
+    is finite: without std scaling, x_i − mean(X) can exceed float64 when X spans nearly its
+    whole range.
 
     Sums are exact, hence independent of the order of the values: x is scaled by a power of
     two 2^u so its largest magnitude is just below 2^B, B = 62 − bit_length(n); values are
@@ -130,7 +135,7 @@ def center(x: np.ndarray, lo: float, hi: float, std: bool, eps: float, leave_one
     n = x.size
     if hi == lo:
         x[:] = 0.0
-        return
+        return True
     u = _unit_exponent(max(hi, -lo), n)
     unit = math.ldexp(1.0, u)  # exact: z = x · 2^u only moves the exponent
     total = 0
@@ -153,6 +158,8 @@ def center(x: np.ndarray, lo: float, hi: float, std: bool, eps: float, leave_one
         factor *= n / (n - 1)
     for i in range(n):
         x[i] = (x[i] * unit - mean) * factor
+    # Rounding is monotone, so the advantages of hi and lo bound all others.
+    return math.isfinite((hi * unit - mean) * factor) and math.isfinite((lo * unit - mean) * factor)
 
 
 @_jit
@@ -166,11 +173,12 @@ def group_advantages(
     std: bool,
     eps: float,
     out: np.ndarray,
-) -> int:
+) -> tuple[int, int]:
     """Per-turn advantages of every group into out (n_turns,): returns, then the baseline.
 
-    Returns -1, or the index of the first group whose returns overflow float64 (later groups
-    are then left unwritten). A group with one trajectory gets 0 everywhere.
+    Returns (FINITE, -1), or (RETURN_OVERFLOW, g) / (ADVANTAGE_OVERFLOW, g) for the first group
+    g whose returns / advantages overflow float64; out then holds g's returns / advantages, and
+    later groups are left unwritten. A group with one trajectory gets 0 everywhere.
     """
     widest = group_sizes.max() if group_sizes.size else 0
     picked = np.empty(widest)  # one value per trajectory: its first turn, or turn t
@@ -191,17 +199,18 @@ def group_advantages(
         start = starts[size]
         returns = out[starts[0] : start]
         if not (np.isfinite(lo) and np.isfinite(hi)):
-            return g
+            return RETURN_OVERFLOW, g
+        finite = True
         if size == 1:
             returns[:] = 0.0  # no peers: its turns would only be compared with each other
         elif baseline == POOLED or baseline == LEAVE_ONE_OUT:
-            center(returns, lo, hi, std, eps, baseline == LEAVE_ONE_OUT)
+            finite = center(returns, lo, hi, std, eps, baseline == LEAVE_ONE_OUT)
         elif baseline == TRAJECTORY:
             lo, hi = np.inf, -np.inf
             for j in range(size):
                 picked[j] = out[starts[j]]
                 lo, hi = min(lo, picked[j]), max(hi, picked[j])
-            center(picked[:size], lo, hi, std, eps, False)
+            finite = center(picked[:size], lo, hi, std, eps, False)
             for j in range(size):
                 out[starts[j] : starts[j + 1]] = picked[j]
         else:  # PER_TURN: turn t against turn t of the trajectories that reached it
@@ -212,10 +221,12 @@ def group_advantages(
                         picked[m] = out[starts[j] + t]
                         lo, hi = min(lo, picked[m]), max(hi, picked[m])
                         m += 1
-                center(picked[:m], lo, hi, std, eps, False)
+                finite &= center(picked[:m], lo, hi, std, eps, False)
                 m = 0
                 for j in range(size):
                     if starts[j] + t < starts[j + 1]:
                         out[starts[j] + t] = picked[m]
                         m += 1
-    return -1
+        if not finite:
+            return ADVANTAGE_OVERFLOW, g
+    return FINITE, -1

@@ -67,10 +67,11 @@ class RaggedBatch:
         lengths = list(map(len, chain.from_iterable(groups)))
         try:
             rewards = np.fromiter(chain.from_iterable(chain.from_iterable(groups)), np.float64, sum(lengths))
+            return cls(rewards, np.array(lengths, dtype=np.int64), np.array(group_sizes, dtype=np.int64))
         except (TypeError, ValueError):
+            # numpy reads some non-numbers (None) as NaN: name a value float() refuses first.
             cls._raise_bad_value(groups)
             raise
-        return cls(rewards, np.array(lengths, dtype=np.int64), np.array(group_sizes, dtype=np.int64))
 
     @staticmethod
     def _raise_bad_value(groups: Sequence[Sequence[Sequence[float]]]) -> None:

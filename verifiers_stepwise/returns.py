@@ -87,10 +87,13 @@ def ragged_discounted_returns(
 
 
 def overflow_error(batch: RaggedBatch, returns: np.ndarray, gamma: float) -> RewardError:
-    """Names the first turn whose return is not finite; earlier turns of its trajectory carry
-    the overflow forward, so that is the trajectory's first turn reached by it."""
-    i = int(np.argmin(np.isfinite(returns)))
-    g, j, t = RaggedBatch.locate(i, batch.lengths, batch.group_sizes)
+    """Names where a return first overflows: in the first trajectory holding a non-finite
+    return, its last such turn — the recursion runs backwards, so every earlier turn of that
+    trajectory only inherited the infinity. ``returns`` may stop after that trajectory."""
+    first = int(np.argmin(np.isfinite(returns)))
+    g, j, t = RaggedBatch.locate(first, batch.lengths, batch.group_sizes)
+    end = first - t + int(batch.lengths[batch.group_starts[g] + j])
+    t += int(np.flatnonzero(~np.isfinite(returns[first:end]))[-1])
     return RewardError(
         f"group {g}, trajectory {j}, turn {t}: the return overflows float64 "
         f"(rewards too large for gamma={gamma})"
