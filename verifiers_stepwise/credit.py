@@ -75,7 +75,7 @@ def score_group(
     for k, (episode, trace) in enumerate(traces):
         if not trace.agent.trainable:
             continue
-        reason = None if trace.ok and episode.ok else _error(episode, trace)
+        reason = _error(episode, trace)
         if reason is not None:
             trace.info[CREDIT] = {"estimator": label, "excluded": reason}
             continue

@@ -7,7 +7,7 @@ Layout (all numpy, no Python objects per turn):
     lengths      (n_traj,)   int64     turns per trajectory, each >= 1
     group_sizes  (n_groups,) int64     trajectories per group, each >= 1
 
-Index arrays derived from the lengths (turn position, group of a turn) are
+Index arrays derived from the lengths (turn position, group of a trajectory) are
 computed once, on first use, and are pure functions of the three arrays above.
 """
 
@@ -133,11 +133,6 @@ class RaggedBatch:
     def group_turn_starts(self) -> np.ndarray:
         """(n_groups,) flat index of each group's first turn."""
         return np.cumsum(self.group_turns) - self.group_turns
-
-    @cached_property
-    def group_of_turn(self) -> np.ndarray:
-        """(n_turns,) group index of each turn."""
-        return np.repeat(np.arange(self.n_groups), self.group_turns)
 
     @cached_property
     def group_of_trajectory(self) -> np.ndarray:
