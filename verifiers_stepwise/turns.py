@@ -146,7 +146,7 @@ def place_advantages(trace: Trace, turns: TraceTurns, advantages: Sequence[float
     for value, nodes in zip(map(float, advantages), turns.nodes):
         for i in nodes:
             node = trace_nodes[i]
-            n_sampled = sum(node.mask)
+            n_sampled = node.mask.count(True)  # a C loop; sum() adds bools one object at a time
             if n_sampled:
                 node.advantages = [value] * n_sampled
 

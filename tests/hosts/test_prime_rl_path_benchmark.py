@@ -1,5 +1,6 @@
 """Smoke test of benchmarks/prime_rl_path.py: it runs end to end on a tiny size."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,3 +19,18 @@ def test_benchmark_runs_and_reports_the_ratio():
     assert run.returncode == 0, run.stderr[-2000:]
     assert "2 groups x 4 episodes" in run.stdout
     assert "ratio stepwise / reward-minus-mean broadcast:" in run.stdout
+    assert "ratio stepwise / reward-minus-mean broadcast, list.count:" in run.stdout
+
+
+def test_both_references_write_the_same_advantages():
+    """The list.count reference is the sum reference with a faster count, nothing else."""
+    spec = importlib.util.spec_from_file_location("prime_rl_path", ROOT / "benchmarks" / "prime_rl_path.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    written = []
+    for count_sampled in (sum, bench.count_true):
+        (group,) = bench.build_groups(1, 4, 3, (1, 6), seed=3)
+        bench.reward_minus_mean(group, count_sampled)
+        written.append([n.advantages for e in group for n in e.traces[0].nodes])
+    assert written[0] == written[1]
+    assert any(written[0])
