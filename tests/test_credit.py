@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise.credit import score_group
+from verifiers_stepwise.credit import exclusion_reason, score_group
 from verifiers_stepwise.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.turns import TurnSchemaError, append_turn
@@ -106,6 +106,8 @@ def test_errored_traces_are_excluded_visibly_and_keep_their_earned_rewards():
         "estimator": "stepwise",
         "excluded": "trace errored (stop 'provider_error'): ProviderError: upstream 500: boom",
     }
+    assert exclusion_reason(failed, trace) == trace.info["turn_credit"]["excluded"]
+    assert exclusion_reason(ok[0], ok[0].traces[0]) is None
 
 
 def test_an_errored_episode_excludes_its_traces():

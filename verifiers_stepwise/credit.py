@@ -32,7 +32,7 @@ from verifiers_stepwise.turns import TraceTurns, TurnSchemaError, place_advantag
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
 
-__all__ = ["CREDIT", "Missing", "score_group"]
+__all__ = ["CREDIT", "Missing", "exclusion_reason", "score_group"]
 
 CREDIT = "turn_credit"
 
@@ -75,7 +75,7 @@ def score_group(
     for k, (episode, trace) in enumerate(traces):
         if not trace.agent.trainable:
             continue
-        reason = _error(episode, trace)
+        reason = exclusion_reason(episode, trace)
         if reason is not None:
             trace.info[CREDIT] = {"estimator": label, "excluded": reason}
             continue
@@ -93,8 +93,9 @@ def score_group(
     return advantages
 
 
-def _error(episode: Episode, trace: Trace) -> str | None:
-    """Why a trace is excluded from the group, or None when it is scored."""
+def exclusion_reason(episode: Episode, trace: Trace) -> str | None:
+    """Why ``score_group`` excludes ``trace`` (of ``episode``) from its group, or None when it
+    is scored: the trace's or the episode's last error, or that it errored without one."""
     if not trace.ok:
         last = trace.errors[-1] if trace.errors else None
         detail = f": {last.type}: {last.message}" if last is not None else ""

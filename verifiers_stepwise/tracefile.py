@@ -205,7 +205,7 @@ def collect(
 
 class _Reader:
     def __init__(self, skip_bad: bool) -> None:
-        from verifiers_stepwise.credit import _error as excluded_because
+        from verifiers_stepwise.credit import exclusion_reason as excluded_because
         from verifiers_stepwise.turns import read_turns
 
         self.read_turns = read_turns
