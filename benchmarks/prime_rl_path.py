@@ -1,8 +1,8 @@
 """The prime-rl path: stepwise credit vs a plain reward-minus-mean broadcast, same episodes.
 
 1,024 groups × 16 episodes of 1–8 turns each, built as verifiers v1 traces with token ids
-(32–256 sampled tokens per turn by default; ``--tokens MIN MAX``). prime-rl hands its algorithm one group at a time, so both
-paths run group by group, as prime-rl would call them:
+(32–256 sampled tokens per turn by default; ``--tokens MIN MAX``). prime-rl hands its
+algorithm one group at a time, so all paths run group by group, as prime-rl would call them:
 
 - stepwise: ``StepwiseAlgorithm.score_group`` (``verifiers_stepwise.hosts.prime_rl``; without
   prime-rl installed, the one call it makes, ``credit.score_group``): per-turn rewards from
@@ -14,8 +14,9 @@ paths run group by group, as prime-rl would call them:
   stepwise path's cost beyond a broadcast written as fast as plain Python allows.
 
 Prints the median seconds per pass over all groups and the median per-repeat ratios of the
-stepwise path to each other path (target ≤ 1.5× against the first reference). The paths alternate within each repeat, since this machine is shared, and
-the garbage collector is off while timing, as in ``timeit``.
+stepwise path to each other path (target ≤ 1.5× against the first reference). The paths
+alternate within each repeat, since this machine is shared, and the garbage collector is off
+while timing, as in ``timeit``.
 
     python benchmarks/prime_rl_path.py [--groups 1024] [--tokens 32 256] [--repeats 7]
 """
@@ -30,6 +31,7 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -74,7 +76,9 @@ def build_groups(
     return groups
 
 
-def reward_minus_mean(episodes: list[vf.Episode], count_sampled=sum) -> None:
+def reward_minus_mean(
+    episodes: list[vf.Episode], count_sampled: Callable[[list[bool]], int] = sum
+) -> None:
     """prime-rl's GRPO (grpo.py + routing.assign_advantages) as plain Python.
 
     ``count_sampled(node.mask)`` counts a node's sampled tokens: ``sum``, as prime-rl writes

@@ -205,11 +205,11 @@ def collect(
 
 class _Reader:
     def __init__(self, skip_bad: bool) -> None:
-        from verifiers_stepwise.credit import exclusion_reason as excluded_because
+        from verifiers_stepwise.credit import exclusion_reason
         from verifiers_stepwise.turns import read_turns
 
         self.read_turns = read_turns
-        self.excluded_because = excluded_because
+        self.exclusion_reason = exclusion_reason
         self.skip_bad = skip_bad
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
@@ -308,7 +308,7 @@ class _Reader:
         if not trace.agent.trainable:
             out.counts["not_trainable"] += 1
             return
-        if self.excluded_because(episode, trace) is not None:
+        if self.exclusion_reason(episode, trace) is not None:
             out.counts["errored"] += 1
             return
         try:
