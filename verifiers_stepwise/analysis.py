@@ -127,13 +127,13 @@ def with_gamma(estimator: Estimator, gamma: float) -> Estimator:
     return type(estimator)(**fields)
 
 
-def turn_stats(batch: RaggedBatch, credit: Credit, tokens: np.ndarray | None = None) -> TurnStats:
+def turn_stats(batch: RaggedBatch, credit: Credit, tokens: np.ndarray) -> TurnStats:
     """Per-turn-index statistics of one credit assignment over ``batch``.
 
     Args:
       batch: the rewards the credit was computed on.
       credit: returns and advantages, (n_turns,) each, in the layout of ``batch``.
-      tokens: (n_turns,) sampled tokens per turn, or None.
+      tokens: (n_turns,) sampled tokens per turn.
     """
     t = batch.turn_index
     n_index = int(batch.lengths.max()) if batch.n_trajectories else 0
@@ -151,7 +151,7 @@ def turn_stats(batch: RaggedBatch, credit: Credit, tokens: np.ndarray | None = N
     np.maximum.at(adv_max, t, adv)
     return TurnStats(
         count=count,
-        mean_tokens=mean(tokens.astype(np.float64)) if tokens is not None else np.zeros(n_index),
+        mean_tokens=mean(tokens.astype(np.float64)),
         mean_reward=mean(batch.rewards),
         mean_return=mean(credit.returns),
         advantage_mean=adv_mean,

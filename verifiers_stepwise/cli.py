@@ -125,6 +125,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
             "pick another with --estimator NAME"
         )
         add_config_flags(group, cls.Config)
+        adv.set_defaults(estimator_class=cls)
     return parser
 
 
@@ -141,7 +142,7 @@ def _estimator_class(name: str) -> type:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.config_flags import type_name
+    from verifiers_stepwise.config_flags import field_description, type_name
     from verifiers_stepwise.registry import (
         EntryPointConflict,
         available_environments,
@@ -169,7 +170,7 @@ def _list(args: argparse.Namespace) -> int:
                     "name": field,
                     "type": type_name(info.annotation),
                     "default": info.get_default(call_default_factory=True),
-                    "description": " ".join((info.description or "").split()),
+                    "description": field_description(info),
                 }
                 for field, info in cls.Config.model_fields.items()
             ],
@@ -221,7 +222,7 @@ def _advantages(args: argparse.Namespace) -> int:
     paths = [_traces_file(p) for p in args.traces]
     # Every setting is checked before the (possibly long) read.
     try:
-        main_estimator = _estimator_class(args.estimator)(**config_values(args))
+        main_estimator = args.estimator_class(**config_values(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
     except ConfigError as e:
         raise CommandError(str(e)) from None
@@ -297,7 +298,8 @@ def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:
         if not equals or not field.strip():
             raise ConfigError(f"--compare {spec!r}: expected field=value, got {assignment!r}")
         fields[field.strip().replace("-", "_")] = value.strip()
-    return name, _estimator_class(name)(**fields)
+    cls = type(main_estimator) if name == main_name else _estimator_class(name)
+    return name, cls(**fields)
 
 
 def _gammas(text: str) -> list[float]:

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-__all__ = ["add_config_flags", "config_values", "type_name"]
+__all__ = ["add_config_flags", "config_values", "field_description", "type_name"]
 
 _PREFIX = "config_field:"
 
@@ -30,8 +30,13 @@ def type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def field_description(info: FieldInfo) -> str:
+    """A field's docstring on one line ("" when it has none)."""
+    return " ".join((info.description or "").split())
+
+
 def _help(info: FieldInfo) -> str:
-    text = " ".join((info.description or "").split())
+    text = field_description(info)
     if info.is_required():
         default = "required"
     else:

@@ -26,8 +26,8 @@ def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
     index = batch.turn_index
     n_index = int(batch.lengths.max())
     order = np.argsort(index, kind="stable")
-    cuts = np.cumsum(np.bincount(index, minlength=n_index))[:-1]
     counts = np.bincount(index, minlength=n_index)
+    cuts = np.cumsum(counts)[:-1]
     positions = np.arange(n_index)
     labels = [f"{t}\nn={n:,}" for t, n in zip(positions, counts)]
 

@@ -172,8 +172,8 @@ def number(value: float, sign: str = "") -> str:
 
 def write_turn_rows(
     path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]
-) -> int:
-    """Write the per-turn JSONL file (format in the module docstring); returns the row count.
+) -> None:
+    """Write the per-turn JSONL file (format in the module docstring).
 
     Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
     is written without a Python float per turn of the whole run in memory.
@@ -183,7 +183,6 @@ def write_turn_rows(
     for prefix, credit in zip(("", "compare_"), credits):
         per_turn += [(prefix + "return", credit.returns), (prefix + "advantage", credit.advantages)]
     ends = batch.trajectory_ends
-    rows = 0
     with path.open("w", encoding="utf-8") as f:
         for lo in range(0, batch.n_trajectories, _CHUNK):
             hi = min(lo + _CHUNK, batch.n_trajectories)
@@ -210,8 +209,6 @@ def write_turn_rows(
                     values = "".join(f', "{name}": {column[turn]!r}' for name, column in columns)
                     f.write(f'{head}, "turn": {t}, "turns": {length}{values}}}\n')
                     turn += 1
-            rows += turn
-    return rows
 
 
 _CHUNK = 4096

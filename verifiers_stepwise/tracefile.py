@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verifiers_stepwise.turns import TurnSchemaError, read_turns
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -146,7 +148,7 @@ class Collected:
     trace_ids: Strings = field(default_factory=lambda: Strings())
     agents: list[str] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
-    """lines, blank_lines, episodes, traces, trajectories, not_trainable, errored (excluded)."""
+    """lines, blank_lines, episodes, traces, not_trainable, errored (excluded)."""
     skipped: Counter = field(default_factory=Counter)
     """Skipped items by problem kind (see PROBLEMS)."""
     problems: list[Problem] = field(default_factory=list)
@@ -200,15 +202,15 @@ def collect(
     reader = _Reader(skip_bad)
     for path in paths:
         reader.read(Path(path), progress)
+    reader.out.groups = list(reader.group_index)  # dicts keep insertion order: index order
+    reader.out.agents = list(reader.agent_index)
     return reader.out
 
 
 class _Reader:
     def __init__(self, skip_bad: bool) -> None:
-        from verifiers_stepwise.credit import exclusion_reason
-        from verifiers_stepwise.turns import read_turns
+        from verifiers_stepwise.credit import exclusion_reason  # loads numpy (estimators)
 
-        self.read_turns = read_turns
         self.exclusion_reason = exclusion_reason
         self.skip_bad = skip_bad
         self.out = Collected()
@@ -300,8 +302,6 @@ class _Reader:
         return key
 
     def trace(self, episode: Any, position: int, key: GroupKey, here: int) -> None:
-        from verifiers_stepwise.turns import TurnSchemaError
-
         out = self.out
         trace = episode.traces[position]
         out.counts["traces"] += 1
@@ -312,7 +312,7 @@ class _Reader:
             out.counts["errored"] += 1
             return
         try:
-            turns = self.read_turns(trace)
+            turns = read_turns(trace)
             if turns is None:
                 message = "has no info['turn_rewards'] (was it made by a stepwise environment?)"
                 self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
@@ -323,13 +323,9 @@ class _Reader:
             self.problem("bad_turns", here, f"{_name(trace, position)}: {e}")
             return
         group = self.group_index.setdefault(key, len(self.group_index))
-        if group == len(out.groups):
-            out.groups.append(key)
         agent = self.agent_index.setdefault(trace.agent.name, len(self.agent_index))
-        if agent == len(out.agents):
-            out.agents.append(trace.agent.name)
         out.rewards.extend(turns.rewards)
-        out.tokens.extend(sum(sum(trace.nodes[i].mask) for i in nodes) for nodes in turns.nodes)
+        out.tokens.extend(sum(trace.nodes[i].mask.count(True) for i in nodes) for nodes in turns.nodes)
         out.lengths.append(len(turns.rewards))
         out.group.append(group)
         out.file.append(here >> _LINE_BITS)
@@ -337,7 +333,6 @@ class _Reader:
         out.agent.append(agent)
         out.episode_ids.append(episode.id)
         out.trace_ids.append(trace.id)
-        out.counts["trajectories"] += 1
 
 
 def _name(trace: Any, position: int) -> str:

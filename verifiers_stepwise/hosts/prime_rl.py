@@ -45,9 +45,8 @@ from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
 from prime_rl.orchestrator.algo.base import Algorithm
 from pydantic import BaseModel, Field, model_validator
 
-from verifiers_stepwise.estimators import Scale
 from verifiers_stepwise.credit import Missing, score_group
-from verifiers_stepwise.estimators import Baseline, Estimator
+from verifiers_stepwise.estimators import Baseline, Estimator, Scale
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.returns import Aggregation
 

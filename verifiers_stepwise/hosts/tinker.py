@@ -40,8 +40,7 @@ from tinker_cookbook.rl import data_processing
 from tinker_cookbook.rl import train as tinker_train
 from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
-from verifiers_stepwise.estimators import Scale
-from verifiers_stepwise.estimators import Baseline, Estimator
+from verifiers_stepwise.estimators import Baseline, Estimator, Scale
 from verifiers_stepwise.hosts import build_estimator, estimator_from, score_turns
 from verifiers_stepwise.returns import Aggregation
 

@@ -41,8 +41,7 @@ from torchtitan.experiments.rl.observability import metrics as m
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
 from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
-from verifiers_stepwise.estimators import Scale
-from verifiers_stepwise.estimators import Baseline
+from verifiers_stepwise.estimators import Baseline, Scale
 from verifiers_stepwise.hosts import estimator_from, score_turns
 from verifiers_stepwise.ragged import RewardError
 from verifiers_stepwise.returns import Aggregation
