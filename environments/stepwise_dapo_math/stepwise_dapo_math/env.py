@@ -22,7 +22,7 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from pydantic import Field
 
-from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask, last_sampled_node, response_lengths
+from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask
 from verifiers_stepwise.env import (
     StepwiseMultiTurnEnv,
     StepwiseMultiTurnEnvConfig,
@@ -54,10 +54,8 @@ class DapoMathEnv(StepwiseMultiTurnEnv, vf.Env[DapoMathEnvConfig]):
     async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
         if not isinstance(task, DapoMathTask):
             raise TypeError(f"{type(self).__name__} plays DapoMathTask tasks, got {type(task).__name__}")
-        lengths = response_lengths(turn.trace)
-        score = await task.score_reply(turn.reply, lengths[-1] if lengths else None)
-        node = last_sampled_node(turn.trace)
-        turn.trace.info.setdefault(DAPO_TURNS, []).append(score.record(node))
+        score, record = await task.score_last_reply(turn.trace, turn.reply)
+        turn.trace.info.setdefault(DAPO_TURNS, []).append(record)
         if score.correct:
             return TurnResult(score.reward)
         retry = self.config.missing_message if score.extracted is None else self.config.wrong_message

@@ -17,6 +17,7 @@ Scored on the trace's last reply; the multi-turn env scores every turn with the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import verifiers.v1 as vf
 
@@ -35,6 +36,7 @@ __all__ = [
     "DapoMathTaskset",
     "TurnScore",
     "last_sampled_node",
+    "response_length",
     "response_lengths",
 ]
 
@@ -118,7 +120,7 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
             )
         timed_out, error = False, None
         if config.verifier == "integer":
-            check = check_against(reply, self._gold(), boxed_fallback=config.boxed_fallback)
+            check = check_against(reply, self._gold, boxed_fallback=config.boxed_fallback)
             correct, extracted = check.correct, check.extracted
         else:
             found = extract_answer(reply, boxed_fallback=config.boxed_fallback)
@@ -135,13 +137,19 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
     async def dapo(self, trace: vf.Trace) -> dict[str, float]:
         scored = _scored_last_reply(trace)
         if scored is None:
-            lengths = response_lengths(trace)
-            score = await self.score_reply(trace.last_reply, lengths[-1] if lengths else None)
-            scored = score.record(last_sampled_node(trace))
+            _, scored = await self.score_last_reply(trace, trace.last_reply)
         trace.record_metrics(scored["metrics"])
         return scored["rewards"]
 
+    async def score_last_reply(self, trace: vf.Trace, reply: str) -> tuple[TurnScore, dict]:
+        """Score ``reply``, the trace's last model response, and its ``dapo_turns`` record."""
+        node = last_sampled_node(trace)
+        score = await self.score_reply(reply, response_length(trace, node))
+        return score, score.record(node)
+
+    @cached_property
     def _gold(self) -> str:
+        """The ground truth in canonical form, normalized once per task (every reply uses it)."""
         gold = normalize_integer(self.data.answer)
         if gold is None:
             raise ValueError(
@@ -183,22 +191,21 @@ class DapoMathTaskset(vf.Taskset[DapoMathTask, DapoMathTasksetConfig]):
 
 
 def response_lengths(trace: vf.Trace) -> list[int | None]:
-    """Token count of every model response in ``trace``, in order: the node's sampled tokens
+    """Token count of every model response in ``trace``, in order (see ``response_length``)."""
+    return [response_length(trace, i) for i, node in enumerate(trace.nodes) if node.sampled]
+
+
+def response_length(trace: vf.Trace, index: int | None) -> int | None:
+    """Token count of the model response ``trace.nodes[index]``: the node's sampled tokens
     (train client), else the provider's ``completion_tokens`` for the call that produced it
-    (eval client), else None."""
-    calls = {call.node: call for call in trace.calls if call.node is not None}
-    lengths: list[int | None] = []
-    for index, node in enumerate(trace.nodes):
-        if not node.sampled:
-            continue
-        call = calls.get(index)
-        if node.token_ids:
-            lengths.append(sum(node.mask))
-        elif call is not None and call.usage is not None:
-            lengths.append(call.usage.completion_tokens)
-        else:
-            lengths.append(None)
-    return lengths
+    (eval client), else None (also when ``index`` is None: the model never spoke)."""
+    if index is None:
+        return None
+    node = trace.nodes[index]
+    if node.token_ids:
+        return node.mask.count(True)
+    call = next((call for call in reversed(trace.calls) if call.node == index), None)
+    return call.usage.completion_tokens if call is not None and call.usage is not None else None
 
 
 def last_sampled_node(trace: vf.Trace) -> int | None:
