@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.registry import get_estimator
-from verifiers_stepwise.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns
+from verifiers_stepwise.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns, sampled_nodes
 
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
@@ -97,14 +97,14 @@ def exclusion_reason(episode: Episode, trace: Trace) -> str | None:
     """Why ``score_group`` excludes ``trace`` (of ``episode``) from its group, or None when it
     is scored: the trace's or the episode's last error, or that it errored without one."""
     if not trace.ok:
-        last = trace.errors[-1] if trace.errors else None
-        detail = f": {last.type}: {last.message}" if last is not None else ""
-        return f"trace errored (stop {trace.stop_condition!r}){detail}"
+        return f"trace errored (stop {trace.stop_condition!r}){_last_error(trace.errors)}"
     if not episode.ok:
-        last = episode.errors[-1] if episode.errors else None
-        detail = f": {last.type}: {last.message}" if last is not None else ""
-        return f"episode errored{detail}"
+        return f"episode errored{_last_error(episode.errors)}"
     return None
+
+
+def _last_error(errors: Sequence[Any]) -> str:
+    return f": {errors[-1].type}: {errors[-1].message}" if errors else ""
 
 
 def _final_turn(trace: Trace, missing: Missing) -> TraceTurns:
@@ -116,7 +116,7 @@ def _final_turn(trace: Trace, missing: Missing) -> TraceTurns:
     reward = trace.reward
     if not math.isfinite(reward):
         raise TurnSchemaError(f"trace {trace.id}: trace reward {reward!r} is not finite")
-    sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
+    sampled = sampled_nodes(trace)
     if not sampled:
         return TraceTurns([reward], [[]])
     return TraceTurns([0.0] * (len(sampled) - 1) + [reward], [[i] for i in sampled])

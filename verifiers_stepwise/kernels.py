@@ -92,13 +92,18 @@ def trajectory_returns(r: np.ndarray, gamma: float, aggregation: int, out: np.nd
 
 
 @_jit
-def ragged_returns(rewards: np.ndarray, lengths: np.ndarray, gamma: float, aggregation: int, out: np.ndarray) -> None:
-    """``trajectory_returns`` for every trajectory of a flat batch; out (n_turns,)."""
+def ragged_returns(rewards: np.ndarray, lengths: np.ndarray, gamma: float, aggregation: int, out: np.ndarray) -> bool:
+    """``trajectory_returns`` for every trajectory of a flat batch; out (n_turns,).
+    Whether every return is finite (with finite rewards only an overflow makes one ±inf)."""
+    finite = True
     start = 0
     for length in lengths:
         stop = start + length
-        trajectory_returns(rewards[start:stop], gamma, aggregation, out[start:stop])
+        lo, hi = trajectory_returns(rewards[start:stop], gamma, aggregation, out[start:stop])
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = False
         start = stop
+    return finite
 
 
 @_jit

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from verifiers_stepwise.ragged import RaggedBatch, RewardError
 __all__ = ["Aggregation", "discounted_returns", "ragged_discounted_returns", "check_gamma"]
 
 Aggregation = Literal["sum", "max"]
-AGGREGATIONS: tuple[str, ...] = ("sum", "max")
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 
 def check_gamma(gamma: float) -> float:
@@ -80,8 +80,7 @@ def ragged_discounted_returns(
     gamma = check_gamma(gamma)
     code = kernels.AGGREGATION_CODES[check_aggregation(aggregation)]
     returns = np.empty(batch.n_turns)
-    kernels.ragged_returns(batch.rewards, batch.lengths, gamma, code, returns)
-    if not np.isfinite(returns).all():
+    if not kernels.ragged_returns(batch.rewards, batch.lengths, gamma, code, returns):
         raise overflow_error(batch, returns, gamma)
     return returns
 

@@ -44,6 +44,7 @@ __all__ = [
     "append_turn",
     "place_advantages",
     "read_turns",
+    "sampled_nodes",
     "turn_samples",
     "write_turn_advantages",
 ]
@@ -87,7 +88,7 @@ def read_turns(trace: Trace) -> TraceTurns | None:
         rewards = raw_rewards[:]
     else:
         rewards = _rewards(trace, raw_rewards)
-    sampled = list(compress(count(), map(_SAMPLED, trace.nodes)))
+    sampled = sampled_nodes(trace)
     raw_nodes = info.get(TURN_NODES, _ABSENT)
     if raw_nodes is _ABSENT:
         if len(rewards) != len(sampled):
@@ -106,6 +107,11 @@ def read_turns(trace: Trace) -> TraceTurns | None:
         if listed == sampled and set(map(type, listed)) == {int}:
             return TraceTurns(rewards, raw_nodes)
     return TraceTurns(rewards, _turn_nodes(trace, raw_nodes, len(rewards), sampled))
+
+
+def sampled_nodes(trace: Trace) -> list[int]:
+    """Indices of the trace's sampled (model-produced) nodes, in node order."""
+    return list(compress(count(), map(_SAMPLED, trace.nodes)))
 
 
 def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
@@ -130,18 +136,12 @@ def write_turn_advantages(trace: Trace, advantages: Sequence[float]) -> None:
     ``node.advantages = [advantages[t]] * sum(node.mask)`` for each node of turn t; nodes with
     no sampled tokens and every non-sampled node are left as they are.
     """
-    turns = read_turns(trace)
-    if turns is None:
-        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
-    place_advantages(trace, turns, advantages)
+    place_advantages(trace, _required_turns(trace), advantages)
 
 
 def place_advantages(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
     """``write_turn_advantages`` for an already-read turn mapping (see that function)."""
-    if len(advantages) != len(turns.nodes):
-        raise TurnSchemaError(
-            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
-        )
+    _check_count(trace, turns, advantages)
     trace_nodes = trace.nodes
     for value, nodes in zip(map(float, advantages), turns.nodes):
         for i in nodes:
@@ -175,13 +175,8 @@ def turn_samples(trace: Trace, advantages: Sequence[float]) -> list[TurnSample]:
     Needs train-client traces (token ids on the nodes); an eval-client trace has no tokens to
     train on and raises. Within a turn all sampled nodes must lie on one root-to-leaf path.
     """
-    turns = read_turns(trace)
-    if turns is None:
-        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
-    if len(advantages) != len(turns.nodes):
-        raise TurnSchemaError(
-            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
-        )
+    turns = _required_turns(trace)
+    _check_count(trace, turns, advantages)
     samples = []
     for t, (value, nodes) in enumerate(zip(advantages, turns.nodes)):
         path = _path(trace, max(nodes))
@@ -222,6 +217,20 @@ def turn_samples(trace: Trace, advantages: Sequence[float]) -> list[TurnSample]:
             )
         )
     return samples
+
+
+def _required_turns(trace: Trace) -> TraceTurns:
+    turns = read_turns(trace)
+    if turns is None:
+        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
+    return turns
+
+
+def _check_count(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
+    if len(advantages) != len(turns.nodes):
+        raise TurnSchemaError(
+            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
+        )
 
 
 def _path(trace: Trace, node: int) -> list[int]:
