@@ -43,11 +43,11 @@ from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.harnesses.utils.compaction import bound_tool_message
 from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
+from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
 __all__ = ["ChatSession", "ModelCallError", "StepwiseChatConfig", "StepwiseChatHarness", "strip_think"]
 
 HARNESS_ID = "stepwise-chat"
-RETRY_COUNT_HEADER = "x-stainless-retry-count"
 MAX_BACKOFF = 8.0
 
 _DIALECT = ChatDialect()
@@ -317,7 +317,7 @@ def _feed(parser: Any, lines: list[str]) -> bool:
     if is_sse_done_event(raw):
         return True
     if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
-        raise ModelCallError(_error_text(json.dumps(chunk).encode()))
+        raise ModelCallError(_error_message(chunk))
     parser.feed(raw)
     return False
 
@@ -331,7 +331,12 @@ def _ssl_context() -> ssl.SSLContext:
 
 def _error_text(body: bytes) -> str:
     try:
-        error = json.loads(body).get("error")
+        return _error_message(json.loads(body))
     except (ValueError, AttributeError):
         return body.decode(errors="replace")[:2000] or "empty error body"
+
+
+def _error_message(payload: dict) -> str:
+    """The message of an OpenAI-style ``{"error": ...}`` payload."""
+    error = payload.get("error")
     return str(error.get("message", error) if isinstance(error, dict) else error)

@@ -101,12 +101,6 @@ class ChatCall:
         """Which model call of its conversation this is (0 for the first)."""
         return sum(1 for m in self.messages if m.get("role") == "assistant")
 
-    @property
-    def last_input(self) -> str:
-        """The text of the last non-assistant message (the newest feedback or tool result)."""
-        inputs = [m for m in self.messages if m.get("role") != "assistant"]
-        return _text(inputs[-1].get("content")) if inputs else ""
-
 
 Script = Callable[[ChatCall], "Reply | str"]
 Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]

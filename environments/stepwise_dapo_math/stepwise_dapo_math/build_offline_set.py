@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from stepwise_dapo_math.answers import normalize_integer
+from stepwise_dapo_math.loaders import BUNDLED_PATH
 from stepwise_dapo_math.prompts import dapo_prompt
 
-DATA_DIR = Path(__file__).parent / "data"
-DATA_FILE = "offline.jsonl"
+DATA_DIR, DATA_FILE = BUNDLED_PATH.parent, BUNDLED_PATH.name
 MANIFEST_FILE = "MANIFEST.json"
 FORMAT_VERSION = 1
 

@@ -52,15 +52,14 @@ _SPLIT_KEYS = ("split", "extra_info.split")
 @dataclass(frozen=True)
 class HubPreset:
     repo: str
-    subset: str | None
     split: str
 
 
 PRESETS: dict[str, HubPreset] = {
-    "dapo-math-17k": HubPreset("BytedTsinghua-SIA/DAPO-Math-17k", None, "train"),
-    "aime-2024": HubPreset("HuggingFaceH4/aime_2024", None, "train"),
-    "aime-2025": HubPreset("math-ai/aime25", None, "test"),
-    "aime-2022-2024": HubPreset("AI-MO/aimo-validation-aime", None, "train"),
+    "dapo-math-17k": HubPreset("BytedTsinghua-SIA/DAPO-Math-17k", "train"),
+    "aime-2024": HubPreset("HuggingFaceH4/aime_2024", "train"),
+    "aime-2025": HubPreset("math-ai/aime25", "test"),
+    "aime-2022-2024": HubPreset("AI-MO/aimo-validation-aime", "train"),
 }
 
 
@@ -90,11 +89,10 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
     elif config.dataset == BUNDLED:
         rows, origin, file_split = read_file(BUNDLED_PATH), BUNDLED, config.split
     else:
-        preset = PRESETS.get(config.dataset, HubPreset(config.dataset, None, "train"))
+        preset = PRESETS.get(config.dataset, HubPreset(config.dataset, "train"))
         repo = preset.repo
-        subset = config.subset if config.subset is not None else preset.subset
         try:
-            rows = hub_rows(repo, subset, config.split or preset.split)
+            rows = hub_rows(repo, config.subset, config.split or preset.split)
             origin, file_split = f"hf:{repo}", None
         except ConnectionError as error:
             if not config.offline_fallback:
