@@ -17,8 +17,9 @@ import shlex
 import time
 import uuid
 
-from .limits import SandboxLimits, grading_limits, ulimit_prelude
+from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult, OutputBuffer
+from .sandbox import WORKDIR
 
 __all__ = ["RuntimeSandbox"]
 
@@ -33,7 +34,7 @@ _RUN = (
 class RuntimeSandbox:
     """``Sandbox`` over a started verifiers ``Runtime`` whose box is a container."""
 
-    def __init__(self, runtime, limits: SandboxLimits | None = None, workdir: str = "/testbed"):
+    def __init__(self, runtime, limits: SandboxLimits | None = None, workdir: str = WORKDIR):
         self.runtime = runtime
         self.limits = limits or SandboxLimits()
         self.workdir = workdir
@@ -42,7 +43,7 @@ class RuntimeSandbox:
         self, command: str, timeout_s: float, read_bytes: int, limits: SandboxLimits | None = None
     ) -> list[str]:
         """What ``Runtime.run`` executes in the container for ``command``."""
-        wrapper = f'cd -- "$2" || exit 125; {ulimit_prelude(limits or self.limits)}; {_RUN}'
+        wrapper = f"{shell_prelude(limits or self.limits)}; {_RUN}"
         return [
             "/bin/bash", "-c", wrapper, "sandbox",
             command, self.workdir, f"{timeout_s:g}", str(read_bytes),
@@ -80,15 +81,7 @@ class RuntimeSandbox:
             termination = "timeout"
         else:
             termination = "exit"
-        return CommandResult(
-            command=label,
-            exit_code=exit_code if termination == "exit" else -9,
-            output=buffer.text(),
-            output_bytes=buffer.total,
-            dropped_bytes=buffer.dropped,
-            termination=termination,
-            duration_s=round(duration, 4),
-        )
+        return buffer.result(label, exit_code if termination == "exit" else -9, termination, duration)
 
     async def run(
         self,

@@ -10,15 +10,13 @@ as the next round's user message. The round reward is the turn reward, in the pe
 
 from __future__ import annotations
 
-from typing import Literal
-
 import verifiers.v1 as vf
 from pydantic import Field
 
 from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 
-from .grading import feedback, grade, model_patch, round_reward
-from .taskset import SweBenchTask
+from .grading import RewardMode, feedback, grade, model_patch, round_reward
+from .taskset import SWE_INFO, SweBenchTask
 
 __all__ = ["SweBenchEnv", "SweBenchEnvConfig"]
 
@@ -26,7 +24,7 @@ __all__ = ["SweBenchEnv", "SweBenchEnvConfig"]
 class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(3, ge=1)
     """Rounds per episode (``--env.max-turns``): graded attempts at the issue."""
-    reward: Literal["resolved", "partial"] = "resolved"
+    reward: RewardMode = "resolved"
     """Round reward: swebench's resolved verdict (1/0), or partial credit (the share of
     FAIL_TO_PASS tests that pass, 0 if any PASS_TO_PASS test breaks)."""
     feedback_log_chars: int = Field(3000, ge=0)
@@ -39,7 +37,7 @@ class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
     async def env_response(self, task: SweBenchTask, turn: Turn) -> TurnResult:
         trace, state = turn.trace, turn.trace.state
         record: dict = {"round": turn.index, "submitted": state.submitted, "steps": state.round_steps}
-        rounds = trace.info.setdefault("swe_bench", {}).setdefault("rounds", [])
+        rounds = trace.info.setdefault(SWE_INFO, {}).setdefault("rounds", [])
         try:
             sandbox = task.sandbox(trace)
             result = await grade(

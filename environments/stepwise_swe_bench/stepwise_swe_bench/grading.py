@@ -95,10 +95,10 @@ async def grade(
         spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes
     )
     run = result.record(max_chars=1000)
+    test_output = _test_section(result.output)
+    unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, run=run)
     if result.termination == "timeout":
-        return RoundGrade(
-            "RESOLVED_NO", False, False, test_output=_test_section(result.output), run=run
-        )
+        return unparsed
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)
         log.flush()
@@ -110,9 +110,7 @@ async def grade(
         report = get_eval_report(spec, prediction, log.name, include_tests_status=True)
     verdict = report[instance.instance_id]
     if "tests_status" not in verdict:
-        return RoundGrade(
-            "RESOLVED_NO", False, False, test_output=_test_section(result.output), run=run
-        )
+        return unparsed
     status = verdict["tests_status"]
     return RoundGrade(
         status=get_resolution_status(status),
@@ -120,7 +118,7 @@ async def grade(
         log_parsed=True,
         fail_to_pass=status["FAIL_TO_PASS"],
         pass_to_pass=status["PASS_TO_PASS"],
-        test_output=_test_section(result.output),
+        test_output=test_output,
         run=run,
     )
 

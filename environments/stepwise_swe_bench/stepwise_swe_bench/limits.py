@@ -16,7 +16,7 @@ import math
 from pydantic import Field
 from pydantic_config import BaseConfig
 
-__all__ = ["SandboxLimits", "grading_limits", "ulimit_prelude"]
+__all__ = ["SandboxLimits", "grading_limits", "shell_prelude"]
 
 MIB = 1024 * 1024
 
@@ -49,10 +49,12 @@ def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:
     return limits.model_copy(update={"cpu_s": max(limits.cpu_s, math.ceil(timeout_s))})
 
 
-def ulimit_prelude(limits: SandboxLimits) -> str:
-    """``ulimit`` line for bash. Units (bash, non-POSIX mode): -t seconds, -v and -f KiB,
-    -u and -n counts. Core dumps are disabled. Exits 125 if a limit cannot be set."""
+def shell_prelude(limits: SandboxLimits) -> str:
+    """What bash runs before every command: enter the directory given as ``$2``, then set the
+    limits. ``ulimit`` units (bash, non-POSIX mode): -t seconds, -v and -f KiB, -u and -n
+    counts. Core dumps are disabled. Exits 125 if either step fails."""
     return (
+        'cd -- "$2" || exit 125; '
         f"ulimit -H -S -c 0 -t {limits.cpu_s} -v {limits.memory_mb * 1024} "
         f"-f {limits.file_size_mb * 1024} -u {limits.processes} -n {limits.open_files} "
         "|| exit 125"

@@ -53,6 +53,18 @@ class OutputBuffer:
             f"{tail.decode(errors='replace')}"
         )
 
+    def result(self, command: str, exit_code: int, termination: Termination, duration_s: float) -> CommandResult:
+        """The record of the command whose output this buffer holds."""
+        return CommandResult(
+            command=command,
+            exit_code=exit_code,
+            output=self.text(),
+            output_bytes=self.total,
+            dropped_bytes=self.dropped,
+            termination=termination,
+            duration_s=round(duration_s, 4),
+        )
+
 
 @dataclass(frozen=True)
 class CommandResult:

@@ -13,8 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from .output import CommandResult, OutputBuffer, Termination
 
@@ -57,11 +56,9 @@ async def run_process(
     stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
     env: dict[str, str] | None = None,
-    identity: Mapping[str, Any] | None = None,
 ) -> CommandResult:
     """Run ``argv`` (stdout and stderr merged) and describe the outcome. ``label`` is what the
-    record calls the command; ``identity`` holds ``subprocess`` user/group arguments.
-    Cancellation kills the process group too."""
+    record calls the command. Cancellation kills the process group too."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -71,7 +68,6 @@ async def run_process(
         start_new_session=True,
         pass_fds=tuple(pass_fds),
         env=env,
-        **(identity or {}),
     )
     buffer = OutputBuffer(kept_bytes)
     termination: Termination = "exit"
@@ -102,12 +98,4 @@ async def run_process(
             with contextlib.suppress(BaseException):
                 await feeder
     assert proc.returncode is not None
-    return CommandResult(
-        command=label,
-        exit_code=proc.returncode,
-        output=buffer.text(),
-        output_bytes=buffer.total,
-        dropped_bytes=buffer.dropped,
-        termination=termination,
-        duration_s=round(time.monotonic() - start, 4),
-    )
+    return buffer.result(label, proc.returncode, termination, time.monotonic() - start)

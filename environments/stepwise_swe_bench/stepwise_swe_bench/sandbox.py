@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from .limits import SandboxLimits, grading_limits, ulimit_prelude
+from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
 from .process import run_process
 
@@ -266,8 +266,7 @@ class BwrapSandbox:
             "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
-        prelude = f'cd -- "$2" || exit 125; {ulimit_prelude(limits)}'
-        shell = ["/bin/bash", "-c", f'{prelude}; exec /bin/bash -c "$1"']
+        shell = ["/bin/bash", "-c", f'{shell_prelude(limits)}; exec /bin/bash -c "$1"']
         return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
 
     def _identity_files(self) -> dict[str, bytes]:

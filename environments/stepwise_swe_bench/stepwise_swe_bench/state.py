@@ -55,7 +55,7 @@ class SweBenchState(vf.State):
         now = time.time() if now is None else now
         self.steps += 1
         self.round_steps += 1
-        if self.steps > self.budget.max_steps or now > self.episode_deadline:
+        if self.exhausted(now):
             return (
                 "The episode's step or time budget is used up; this call was not run. "
                 "Reply without a tool call to finish."

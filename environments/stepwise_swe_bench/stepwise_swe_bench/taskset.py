@@ -16,18 +16,22 @@ from pydantic import Field
 from .box import prepare_box
 from .instances import BUNDLED, SweInstance, load_instances
 from .limits import SandboxLimits
-from .sandbox import Sandbox, remove_tree
+from .sandbox import WORKDIR, Sandbox, remove_tree
 from .state import Budget, SweBenchState
 from .toolset import SweToolset
 
 __all__ = [
     "PROMPT",
+    "SWE_INFO",
     "SweBenchTask",
     "SweBenchTaskConfig",
     "SweBenchTaskData",
     "SweBenchTaskset",
     "SweBenchTasksetConfig",
 ]
+
+SWE_INFO = "swe_bench"
+"""The ``trace.info`` key of an episode's SWE-bench record: graded rounds, steps, tool calls."""
 
 PROMPT = """\
 You are working on the repository {repo}, checked out at /testbed.
@@ -89,7 +93,7 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         self._sandboxes.pop(trace.id, None)
         state = trace.state
-        info = trace.info.setdefault("swe_bench", {})
+        info = trace.info.setdefault(SWE_INFO, {})
         info.update(steps=state.steps, tool_calls=state.records)
         if state.box is not None and state.box.kind == "local":
             # Commands may have left read-only directories the runtime's teardown cannot remove.
@@ -103,17 +107,17 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
     @vf.reward
     async def resolved(self, trace: vf.Trace) -> float:
         """1 if the last graded round resolved the issue (swebench's verdict)."""
-        rounds = trace.info.get("swe_bench", {}).get("rounds", [])
+        rounds = trace.info.get(SWE_INFO, {}).get("rounds", [])
         return 1.0 if rounds and rounds[-1]["resolved"] else 0.0
 
     @vf.metric
     async def rounds(self, trace: vf.Trace) -> float:
-        return float(len(trace.info.get("swe_bench", {}).get("rounds", [])))
+        return float(len(trace.info.get(SWE_INFO, {}).get("rounds", [])))
 
     @vf.metric
     async def steps(self, trace: vf.Trace) -> float:
         """Tool calls counted against the budget (``submit`` is free)."""
-        return float(trace.info.get("swe_bench", {}).get("steps", 0))
+        return float(trace.info.get(SWE_INFO, {}).get("steps", 0))
 
 
 class SweBenchTasksetConfig(vf.TasksetConfig):
@@ -136,7 +140,7 @@ def task_data(instance: SweInstance) -> SweBenchTaskData:
     """The task row: the prompt the model sees and, for an instance with an image, the container
     (image, /testbed) with no network for the model's commands (verifiers' framework-only
     policy; local tasks get no network from the sandbox)."""
-    container = {"image": instance.image, "workdir": "/testbed", "network_allow": []}
+    container = {"image": instance.image, "workdir": WORKDIR, "network_allow": []}
     return SweBenchTaskData(
         id=instance.instance_id,
         name=instance.instance_id,
