@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
 
 from stepwise_dapo_math.answers import check_against, extract_answer, normalize_integer
-from stepwise_dapo_math.loaders import BUNDLED_PATH
+from stepwise_dapo_math.loaders import BUNDLED_PATH, read_file
 from stepwise_dapo_math.symbolic import SymbolicChecker, verify_pair
 
 TARGET = 10_000
@@ -47,7 +46,7 @@ FILLER = (
 def responses(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """(response, canonical gold) pairs; half the answers right, a few unanswered."""
     rng = random.Random(seed)
-    rows = [json.loads(line) for line in BUNDLED_PATH.read_text().splitlines()]
+    rows = list(read_file(BUNDLED_PATH))
     pairs = []
     for _ in range(n):
         gold = normalize_integer(rng.choice(rows)["reward_model"]["ground_truth"])

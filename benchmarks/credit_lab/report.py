@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from credit_lab.signal import Signal
+from credit_lab.signal import Signal, nanmean
 from credit_lab.train import Run
 
 __all__ = [
@@ -95,10 +95,10 @@ def summarize(method: str, runs: Sequence[Run], target: float) -> Row:
         warnings.simplefilter("ignore", RuntimeWarning)  # a turn no seed measured stays nan
         by_turn = np.nanmean(per_turn, axis=0) if per_turn else []
     signal = Signal(
-        noise_var=_mean(s.noise_var for s in signals),
-        corr=_mean(s.corr for s in signals),
-        wrong_sign=_mean(s.wrong_sign for s in signals),
-        grad_cos=_mean(s.grad_cos for s in signals),
+        noise_var=nanmean([s.noise_var for s in signals]),
+        corr=nanmean([s.corr for s in signals]),
+        wrong_sign=nanmean([s.wrong_sign for s in signals]),
+        grad_cos=nanmean([s.grad_cos for s in signals]),
         wrong_sign_by_turn=tuple(float(v) for v in by_turn),
     )
     return Row(
@@ -110,11 +110,6 @@ def summarize(method: str, runs: Sequence[Run], target: float) -> Row:
         mean_success=tuple(float(run.success.mean()) for run in runs),
         signal=signal,
     )
-
-
-def _mean(values) -> float:
-    a = np.array(list(values), dtype=np.float64)
-    return float(np.nanmean(a)) if np.isfinite(a).any() else math.nan
 
 
 def _episodes(value: float, budget: int) -> str:

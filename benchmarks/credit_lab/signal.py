@@ -42,7 +42,8 @@ class Signal:
     wrong_sign_by_turn: tuple[float, ...]
 
 
-def _nanmean(values: list[float]) -> float:
+def nanmean(values: list[float]) -> float:
+    """Mean of the finite values; nan when there are none (and no warning)."""
     a = np.asarray(values, dtype=np.float64)
     return float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")
 
@@ -99,8 +100,8 @@ class SignalTrace:
             by_turn = backwards / weight
         return Signal(
             noise_var=sum(self.square_noise[s]) / dof if dof else float("nan"),
-            corr=_nanmean(self.corr[s]),
+            corr=nanmean(self.corr[s]),
             wrong_sign=float(backwards.sum() / weight.sum()) if weight.sum() > 0 else float("nan"),
-            grad_cos=_nanmean(self.grad_cos[s]),
+            grad_cos=nanmean(self.grad_cos[s]),
             wrong_sign_by_turn=tuple(float(v) for v in by_turn),
         )

@@ -268,3 +268,22 @@ def test_a_python_environment_under_tmp_is_usable(repo: Path, tmp_path: Path):
     sandbox = BwrapSandbox(repo, python=venv / "bin" / "python")
     result = run(sandbox, "python -c 'import sys; print(sys.prefix)'")
     assert (result.exit_code, result.output.strip()) == (0, str(venv))
+
+
+def test_the_running_interpreter_prefixes_are_known_without_starting_it():
+    """The usual case (tool servers run on the env's own Python) asks no subprocess, and
+    finds what asking that interpreter finds."""
+    import subprocess
+    import sys
+    from unittest import mock
+
+    from stepwise_swe_bench import sandbox as module
+
+    asked = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    resolved = (Path(raw).resolve() for raw in asked)
+    expected = tuple(dict.fromkeys(p for p in resolved if not p.is_relative_to("/usr")))
+    with mock.patch.object(module.subprocess, "run", side_effect=AssertionError("started a subprocess")):
+        assert module._python_prefixes.__wrapped__(Path(sys.executable)) == expected

@@ -182,12 +182,17 @@ class Bind:
 def _python_prefixes(python: Path) -> tuple[Path, ...]:
     """Directories an interpreter needs: its environment and, for a venv, the base install.
     Paths under /usr are visible anyway."""
-    out = subprocess.run(
-        [str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        # This interpreter (the usual case: tool servers run on the env's own): nothing to ask.
+        # Compared unresolved, since a venv's python is a symlink to its base interpreter.
+        out = [sys.prefix, sys.base_prefix]
+    else:
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
     prefixes: list[Path] = []
     for raw in out:
         prefix = Path(raw).resolve()
