@@ -52,10 +52,7 @@ def responses(n: int, seed: int = 0) -> list[tuple[str, str]]:
         gold = normalize_integer(rng.choice(rows)["reward_model"]["ground_truth"])
         assert gold is not None
         answer = gold if rng.random() < 0.5 else str(int(gold) + rng.randint(1, 9))
-        body = "".join(
-            FILLER.format(x=rng.randint(1, 99), y=rng.randint(1, 99), z=rng.randint(1, 9))
-            for _ in range(6)
-        )
+        body = "".join(FILLER.format(x=rng.randint(1, 99), y=rng.randint(1, 99), z=rng.randint(1, 9)) for _ in range(6))
         pairs.append((body + rng.choice(STYLES).format(a=answer), gold))
     return pairs
 
@@ -109,11 +106,12 @@ def main() -> None:
     sample = pairs[: max(1, len(pairs) // 10)]
     reference = rate(lambda: math_verify_direct(sample), len(sample), 1)
     correct = sum(check_against(r, g).correct for r, g in pairs)
-    print(f"Answer: path  {len(pairs)} responses ({correct} correct), "
-          f"{sum(map(len, (r for r, _ in pairs))) / len(pairs):.0f} chars on average")
+    print(
+        f"Answer: path  {len(pairs)} responses ({correct} correct), "
+        f"{sum(map(len, (r for r, _ in pairs))) / len(pairs):.0f} chars on average"
+    )
     print(f"  stepwise_dapo_math.check_against  {ours:12,.0f} checks/s")
-    print(f"  math-verify parse+verify (ref)    {reference:12,.0f} checks/s   "
-          f"ratio {ours / reference:,.0f}x")
+    print(f"  math-verify parse+verify (ref)    {reference:12,.0f} checks/s   ratio {ours / reference:,.0f}x")
     print(f"  target >= {TARGET:,} checks/s: {'met' if ours >= TARGET else 'NOT MET'}")
 
     sym = symbolic_pairs(args.symbolic)
@@ -133,13 +131,10 @@ def main() -> None:
         right = sum(checker.check(a, g).correct for a, g in extracted)
     finally:
         checker.close()
-    print(f"math-verify path  {len(sym)} symbolic answers ({right} verified equal), "
-          f"{args.workers} workers, 5 s bound")
+    print(f"math-verify path  {len(sym)} symbolic answers ({right} verified equal), {args.workers} workers, 5 s bound")
     print(f"  in-process verify_pair, no bound (ref)  {direct:10,.0f} checks/s")
-    print(f"  bounded pool, one at a time             {serial:10,.0f} checks/s   "
-          f"ratio {serial / direct:.2f}x")
-    print(f"  bounded pool, all in flight             {concurrent:10,.0f} checks/s   "
-          f"ratio {concurrent / direct:.2f}x")
+    print(f"  bounded pool, one at a time             {serial:10,.0f} checks/s   ratio {serial / direct:.2f}x")
+    print(f"  bounded pool, all in flight             {concurrent:10,.0f} checks/s   ratio {concurrent / direct:.2f}x")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import verifiers.v1 as vf
 
-from verifiers_stepwise.env import Turn, TurnResult
-from verifiers_stepwise.refine import RefineConfig, RefineEnv
+from verifiers_stepwise.envs.env import Turn, TurnResult
+from verifiers_stepwise.envs.refine import RefineConfig, RefineEnv
 from verifiers_stepwise.testing.server import spawned
 
 TURNS = 4
@@ -121,7 +121,9 @@ def main() -> None:
         null = asyncio.run(measure("null", base_url, args.null_episodes))
     ratio_turn = null["turn_median_ms"] / fast["turn_median_ms"]
     ratio_episode = null["episode_median_s"] / fast["episode_median_s"]
-    print(f"{'harness':<14} {'turn median':>12} {'turn min..max':>18} {'episode median':>15} {'episode/turn':>13} {'warm-up':>9}")
+    print(
+        f"{'harness':<14} {'turn median':>12} {'turn min..max':>18} {'episode median':>15} {'episode/turn':>13} {'warm-up':>9}"
+    )
     for r in (fast, null):
         print(
             f"{r['harness']:<14} {r['turn_median_ms']:>9.1f} ms {r['turn_min_ms']:>8.1f}..{r['turn_max_ms']:<7.1f}"
@@ -133,8 +135,12 @@ def main() -> None:
         f">= 60x per turn: {'met' if ratio_turn >= 60 else 'MISSED'}"
     )
     if args.json:
-        args.json.write_text(json.dumps({"stepwise_chat": fast, "null": null, "ratio_turn": ratio_turn,
-                                         "ratio_episode": ratio_episode}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"stepwise_chat": fast, "null": null, "ratio_turn": ratio_turn, "ratio_episode": ratio_episode},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

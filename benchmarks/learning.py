@@ -68,27 +68,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def control_check(
-    task: Task, runs: dict[str, list[Run]], methods: list[Method], config: TrainConfig
-) -> list[str]:
+def control_check(task: Task, runs: dict[str, list[Run]], methods: list[Method], config: TrainConfig) -> list[str]:
     """Single-turn control: compare advantages with the reference; identical ⇒ identical curves."""
     reference = methods[0]
     lines = []
     for method in methods[1:]:
         agreement = compare_advantages(task, reference.build(), method.build(), config)
-        gap = max(
-            float(np.abs(a.success - b.success).max())
-            for a, b in zip(runs[reference.label], runs[method.label])
-        )
+        gap = max(float(np.abs(a.success - b.success).max()) for a, b in zip(runs[reference.label], runs[method.label]))
         if agreement.identical:
             if gap != 0.0:
                 raise AssertionError(
                     f"{task.name}: {method.label} gives the same advantages as {reference.label} "
                     f"but its learning curve differs by up to {gap}"
                 )
-            lines.append(
-                f"- `{method.label}`: advantages identical to `{reference.label}`; curves identical."
-            )
+            lines.append(f"- `{method.label}`: advantages identical to `{reference.label}`; curves identical.")
         elif agreement.scale is not None:
             lines.append(
                 f"- `{method.label}`: advantages = {agreement.scale:.6g} × `{reference.label}`'s; "
@@ -96,8 +89,7 @@ def control_check(
             )
         else:
             lines.append(
-                f"- `{method.label}`: advantages differ from `{reference.label}`'s; "
-                f"largest success-rate gap {gap:.2e}."
+                f"- `{method.label}`: advantages differ from `{reference.label}`'s; largest success-rate gap {gap:.2e}."
             )
     return lines
 
@@ -117,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         for method in args.methods:
             t0 = time.perf_counter()
             runs[method.label] = [
-                train(
-                    task, method.build(), TrainConfig(args.steps, args.groups, args.group_size, args.lr, seed)
-                )
+                train(task, method.build(), TrainConfig(args.steps, args.groups, args.group_size, args.lr, seed))
                 for seed in range(args.seeds)
             ]
             print(f"{task.name:12s} {method.label:58s} {time.perf_counter() - t0:6.1f}s", flush=True)
@@ -142,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             "summary": task.summary,
             "rows": [row.as_dict() for row in rows],
             "mean_success_curve": {
-                label: np.round(np.mean([run.success for run in r], axis=0), 4).tolist()
-                for label, r in runs.items()
+                label: np.round(np.mean([run.success for run in r], axis=0), 4).tolist() for label, r in runs.items()
             },
         }
 

@@ -38,9 +38,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import verifiers.v1 as vf  # noqa: E402
 
 from verifiers_stepwise import get_estimator  # noqa: E402
-from verifiers_stepwise.credit import score_group  # noqa: E402
 from verifiers_stepwise.testing.traces import TraceBuilder  # noqa: E402
-from verifiers_stepwise.turns import append_turn  # noqa: E402
+from verifiers_stepwise.traces.credit import score_group  # noqa: E402
+from verifiers_stepwise.traces.turns import append_turn  # noqa: E402
 
 
 def build_groups(
@@ -76,9 +76,7 @@ def build_groups(
     return groups
 
 
-def reward_minus_mean(
-    episodes: list[vf.Episode], count_sampled: Callable[[list[bool]], int] = sum
-) -> None:
+def reward_minus_mean(episodes: list[vf.Episode], count_sampled: Callable[[list[bool]], int] = sum) -> None:
     """prime-rl's GRPO (grpo.py + routing.assign_advantages) as plain Python.
 
     ``count_sampled(node.mask)`` counts a node's sampled tokens: ``sum``, as prime-rl writes
@@ -116,9 +114,7 @@ def paired_medians(paths: dict, repeats: int) -> tuple[dict[str, float], dict[st
     finally:
         gc.enable()
     first, *others = times
-    ratios = {
-        name: statistics.median(a / b for a, b in zip(times[first], times[name])) for name in others
-    }
+    ratios = {name: statistics.median(a / b for a, b in zip(times[first], times[name])) for name in others}
     return {name: statistics.median(t) for name, t in times.items()}, ratios
 
 

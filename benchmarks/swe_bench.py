@@ -26,13 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
-
 from stepwise_swe_bench.box import prepare_box
 from stepwise_swe_bench.fixtures import FIXTURES, commit_tree
 from stepwise_swe_bench.grading import grade
 from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.limits import SandboxLimits
+from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
 
 # What the sandbox sets for every command, applied to the host reference for a fair comparison.
 HOST_TEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -77,7 +76,10 @@ async def main() -> None:
     template = work / "template"
     source = FIXTURES / "tasks" / instances[0].instance_id / "repo"
     commit_tree(source, template, "base")
-    clones = [timed(["git", "clone", "--quiet", "--no-hardlinks", str(template), str(work / f"c{i}")]) for i in range(args.episodes)]
+    clones = [
+        timed(["git", "clone", "--quiet", "--no-hardlinks", str(template), str(work / f"c{i}")])
+        for i in range(args.episodes)
+    ]
     empty = [timed(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"]) for _ in range(args.episodes)]
 
     gradings, direct = [], []
@@ -102,11 +104,15 @@ async def main() -> None:
 
     setup_median = statistics.median(setups)
     print(f"episode setup, first in process   {cold * 1e3:7.1f} ms")
-    print(f"episode setup ({args.episodes} episodes)       {ms(setups)}  target <= 100 ms: {'met' if setup_median <= 0.1 else 'MISSED'}")
+    print(
+        f"episode setup ({args.episodes} episodes)       {ms(setups)}  target <= 100 ms: {'met' if setup_median <= 0.1 else 'MISSED'}"
+    )
     print(f"  reference: empty bwrap sandbox  {ms(empty)}  setup = {setup_median / statistics.median(empty):.1f}x")
     print(f"  reference: git clone of the repo {ms(clones)}  setup = {setup_median / statistics.median(clones):.1f}x")
     print(f"test run per round ({len(gradings)} gradings)   {ms(gradings)}")
-    print(f"  reference: pytest on the host   {ms(direct)}  grading = {statistics.median(gradings) / statistics.median(direct):.1f}x")
+    print(
+        f"  reference: pytest on the host   {ms(direct)}  grading = {statistics.median(gradings) / statistics.median(direct):.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ directory, deleted afterwards, and a small file (--small-mb) of the same kind. T
 
 Prints MB/s of both and their ratio, and the peak RSS of both runs with their ratio: bounded
 memory means the large run's peak grows by the per-trajectory numbers held (see
-``verifiers_stepwise.tracefile``), not by the file's size. Rates are per CPU second (user +
+``verifiers_stepwise.analysis.tracefile``), not by the file's size. Rates are per CPU second (user +
 system) as well as per wall-clock second: on a shared machine the CPU rates are the ones to
 compare; the small run's cost (mostly importing verifiers) is subtracted for the steady rate.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -46,8 +45,7 @@ print(json.dumps({"rc": done.returncode, "seconds": seconds, "cpu": usage.ru_uti
 
 def measure(*args: object) -> dict:
     """Run a command in a fresh parent process: its wall and CPU time and its peak RSS."""
-    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, args)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", MEASURE, *map(str, args)], capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)
     if result["rc"] != 0:
         raise SystemExit(f"{args} failed with exit status {result['rc']}")
@@ -84,10 +82,21 @@ def main() -> None:
             path = Path(tmp) / f"{name}.jsonl"
             start = time.perf_counter()
             stats = write_large_traces(path, target_bytes=int(size * 1e6), tokens=args.tokens)
-            print(f"generated {name}: {stats['bytes'] / 1e6:,.0f} MB, {stats['episodes']:,} episodes, "
-                  f"{stats['turns']:,} turns in {time.perf_counter() - start:.0f} s", flush=True)
-            result = measure(VF_STEPWISE, "advantages", path, "--gammas", "0,0.4,1", "--json",
-                             "-o", Path(tmp) / f"{name}.advantages.jsonl")
+            print(
+                f"generated {name}: {stats['bytes'] / 1e6:,.0f} MB, {stats['episodes']:,} episodes, "
+                f"{stats['turns']:,} turns in {time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
+            result = measure(
+                VF_STEPWISE,
+                "advantages",
+                path,
+                "--gammas",
+                "0,0.4,1",
+                "--json",
+                "-o",
+                Path(tmp) / f"{name}.advantages.jsonl",
+            )
             report = json.loads(result["stdout"])
             assert report["counts"]["episodes"] == stats["episodes"], report["counts"]
             runs[name] = {**stats, **result}
@@ -100,20 +109,28 @@ def main() -> None:
     megabytes = large["bytes"] / 1e6
     extra = (large["bytes"] - small["bytes"]) / 1e6
     print(f"\n{'MB/s':>52} {'wall':>7} {'CPU':>7}")
-    print(f"{'reference, WireEpisode.model_validate_json alone':<52} "
-          f"{reference[0]:7.1f} {reference[1]:7.1f}")
-    print(f"{f'vf-stepwise advantages, {megabytes:,.0f} MB, startup included':<52} "
-          f"{megabytes / large['seconds']:7.1f} {megabytes / large['cpu']:7.1f}")
+    print(f"{'reference, WireEpisode.model_validate_json alone':<52} {reference[0]:7.1f} {reference[1]:7.1f}")
+    print(
+        f"{f'vf-stepwise advantages, {megabytes:,.0f} MB, startup included':<52} "
+        f"{megabytes / large['seconds']:7.1f} {megabytes / large['cpu']:7.1f}"
+    )
     steady = (extra / (large["seconds"] - small["seconds"]), extra / (large["cpu"] - small["cpu"]))
-    print(f"{'  without startup (large run - small run)':<52} {steady[0]:7.1f} {steady[1]:7.1f}"
-          f"   = {steady[0] / reference[0]:.2f} / {steady[1] / reference[1]:.2f} x reference")
-    print(f"times: {large['seconds']:.0f} s wall, {large['cpu']:.0f} s CPU on the large file; "
-          f"{small['seconds']:.0f} s, {small['cpu']:.0f} s on the small one")
-    print(f"peak RSS: {small['peak_mib']:.0f} MiB on {small['bytes'] / 1e6:.0f} MB, "
-          f"{large['peak_mib']:.0f} MiB on {megabytes:,.0f} MB "
-          f"(x{large['peak_mib'] / small['peak_mib']:.2f} for x{large['bytes'] / small['bytes']:.0f} "
-          f"the bytes; {(large['peak_mib'] - small['peak_mib']) * 2**20 / (large['episodes'] - small['episodes']):.0f}"
-          f" bytes per extra episode)")
+    print(
+        f"{'  without startup (large run - small run)':<52} {steady[0]:7.1f} {steady[1]:7.1f}"
+        f"   = {steady[0] / reference[0]:.2f} / {steady[1] / reference[1]:.2f} x reference"
+    )
+    print(
+        f"times: {large['seconds']:.0f} s wall, {large['cpu']:.0f} s CPU on the large file; "
+        f"{small['seconds']:.0f} s, {small['cpu']:.0f} s on the small one"
+    )
+    print(
+        f"peak RSS: {small['peak_mib']:.0f} MiB on {small['bytes'] / 1e6:.0f} MB, "
+        f"{large['peak_mib']:.0f} MiB on {megabytes:,.0f} MB "
+        f"(x{large['peak_mib'] / small['peak_mib']:.2f} for x{large['bytes'] / small['bytes']:.0f} "
+        f"the bytes; {(large['peak_mib'] - small['peak_mib']) * 2**20 / (large['episodes'] - small['episodes']):.0f}"
+        f" bytes per extra episode)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -21,11 +21,11 @@ import verifiers.v1 as vf
 
 from tests.test_registry import make_distribution
 from verifiers_stepwise import RaggedBatch, get_estimator
-from verifiers_stepwise.cli import main
-from verifiers_stepwise.credit import score_group
-from verifiers_stepwise.registry import ESTIMATOR_GROUP
-from verifiers_stepwise.returns import discounted_returns
+from verifiers_stepwise.analysis.cli import main
+from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
+from verifiers_stepwise.estimators.returns import discounted_returns
 from verifiers_stepwise.testing.trace_files import make_episode, write_episodes, write_large_traces
+from verifiers_stepwise.traces.credit import score_group
 
 VF_STEPWISE = Path(sys.executable).with_name("vf-stepwise")
 
@@ -76,11 +76,18 @@ def per_turn_reference(groups: list[list[list[float]]], estimator) -> list[dict]
     for t in sorted(by_turn):
         r, R, a = (list(column) for column in zip(*by_turn[t]))
         mean = sum(a) / len(a)
-        rows.append({
-            "turn": t, "count": len(a), "mean_reward": sum(r) / len(r), "mean_return": sum(R) / len(R),
-            "advantage_mean": mean, "advantage_std": math.sqrt(sum((x - mean) ** 2 for x in a) / len(a)),
-            "advantage_min": min(a), "advantage_max": max(a),
-        })
+        rows.append(
+            {
+                "turn": t,
+                "count": len(a),
+                "mean_reward": sum(r) / len(r),
+                "mean_return": sum(R) / len(R),
+                "advantage_mean": mean,
+                "advantage_std": math.sqrt(sum((x - mean) ** 2 for x in a) / len(a)),
+                "advantage_min": min(a),
+                "advantage_max": max(a),
+            }
+        )
     return rows
 
 
@@ -159,8 +166,11 @@ def test_task_hash_groups_when_there_is_no_key(tmp_path, capsys):
 
 
 def test_a_group_mixing_tasks_is_reported_with_both_lines(tmp_path, capsys):
-    episodes = [make_episode([1.0], task=0, group="g"), make_episode([0.0], task=0, group="g"),
-                make_episode([0.5], task=9, group="g")]
+    episodes = [
+        make_episode([1.0], task=0, group="g"),
+        make_episode([0.0], task=0, group="g"),
+        make_episode([0.5], task=9, group="g"),
+    ]
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, _, err = run(capsys, "advantages", traces)
     assert code == 2
@@ -174,8 +184,14 @@ def test_a_group_mixing_tasks_is_reported_with_both_lines(tmp_path, capsys):
 # -- numbers equal the library's ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [[], ["--gamma", "0.8", "--baseline", "per_turn", "--scale", "none"],
-                                   ["--aggregation", "max", "--baseline", "leave_one_out"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--gamma", "0.8", "--baseline", "per_turn", "--scale", "none"],
+        ["--aggregation", "max", "--baseline", "leave_one_out"],
+    ],
+)
 def test_summary_and_table_equal_the_library(tmp_path, capsys, flags):
     episodes = rollouts(tasks=4, per_task=5, seed=3)
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
@@ -205,8 +221,20 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     episodes = rollouts(tasks=3, per_task=4, seed=5)
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     out_file = tmp_path / "turns.jsonl"
-    code, out, err = run(capsys, "advantages", traces, "--gamma", "0.6", "--compare", ":baseline=per_turn",
-                         "--gammas", "0,0.5,1", "--json", "-o", out_file)
+    code, out, err = run(
+        capsys,
+        "advantages",
+        traces,
+        "--gamma",
+        "0.6",
+        "--compare",
+        ":baseline=per_turn",
+        "--gammas",
+        "0,0.5,1",
+        "--json",
+        "-o",
+        out_file,
+    )
     assert code == 0, err
     report = json.loads(out)
     groups = [[e.traces[0].info["turn_rewards"] for e in g] for g in library_groups(episodes).values()]
@@ -226,15 +254,25 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     batch = RaggedBatch.from_groups(groups)
     assert [r["advantage"] for r in rows] == main_est.batched(batch).tolist()
     assert [r["compare_advantage"] for r in rows] == compare.batched(batch).tolist()
-    assert [r["return"] for r in rows] == flat(
-        [[discounted_returns(t, 0.6) for t in g] for g in groups])
+    assert [r["return"] for r in rows] == flat([[discounted_returns(t, 0.6) for t in g] for g in groups])
 
 
 def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, capsys):
     episodes = rollouts(tasks=2, per_task=3, seed=1)
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
-    code, out, err = run(capsys, "advantages", traces, "--estimator", "grpo", "--scale", "none",
-                         "--compare", "stepwise:gamma=1,baseline=trajectory", "--json", "--no-output")
+    code, out, err = run(
+        capsys,
+        "advantages",
+        traces,
+        "--estimator",
+        "grpo",
+        "--scale",
+        "none",
+        "--compare",
+        "stepwise:gamma=1,baseline=trajectory",
+        "--json",
+        "--no-output",
+    )
     assert code == 0, err
     grpo, stepwise = json.loads(out)["estimators"]
     assert grpo["returns"] == {"gamma": 1.0, "aggregation": "sum"}
@@ -244,8 +282,10 @@ def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, c
 
 
 def test_train_client_tokens_are_counted_per_turn(tmp_path, capsys):
-    episodes = [make_episode([0.0, 1.0], task=0, tokens=True, tokens_per_call=4, calls_per_turn=2),
-                make_episode([1.0, 0.0, 0.5], task=0, tokens=True, tokens_per_call=5)]
+    episodes = [
+        make_episode([0.0, 1.0], task=0, tokens=True, tokens_per_call=4, calls_per_turn=2),
+        make_episode([1.0, 0.0, 0.5], task=0, tokens=True, tokens_per_call=5),
+    ]
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, out, err = run(capsys, "advantages", traces)
     assert code == 0, err
@@ -259,8 +299,13 @@ def test_train_client_tokens_are_counted_per_turn(tmp_path, capsys):
 
 
 def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counted(tmp_path, capsys):
-    group = [make_episode([0.0, 1.0]), make_episode([1.0]), make_episode([0.5, 0.5], ok=False),
-             make_episode([1.0, 1.0], agent="judge", trainable=False), make_episode([0.0, 0.0, 0.25])]
+    group = [
+        make_episode([0.0, 1.0]),
+        make_episode([1.0]),
+        make_episode([0.5, 0.5], ok=False),
+        make_episode([1.0, 1.0], agent="judge", trainable=False),
+        make_episode([0.0, 0.0, 0.25]),
+    ]
     traces = write_episodes(tmp_path / "traces.jsonl", group)
     code, out, err = run(capsys, "advantages", traces, "--json")
     assert code == 0, err
@@ -284,16 +329,15 @@ def broken_file(folder: Path) -> tuple[Path, dict[str, int]]:
     not_a_number = make_episode([1.0, 0.0], task=1)
     not_a_number.traces[0].info["turn_rewards"][1] = "high"
     lines = [json.dumps(e.to_record()) for e in good]
-    lines[1] = lines[1][: len(lines[1]) // 2]                     # line 2: torn write
-    lines.insert(3, "")                                            # line 4: blank
-    lines.insert(4, json.dumps({"id": "x", "traces": []}))         # line 5: not an episode
+    lines[1] = lines[1][: len(lines[1]) // 2]  # line 2: torn write
+    lines.insert(3, "")  # line 4: blank
+    lines.insert(4, json.dumps({"id": "x", "traces": []}))  # line 5: not an episode
     lines += [json.dumps(e.to_record()) for e in (no_rewards, too_many, not_a_number)]  # 9..11
-    lines.append(lines[0])                                         # line 12: duplicate
+    lines.append(lines[0])  # line 12: duplicate
     folder.mkdir(exist_ok=True)
     path = folder / "traces.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    skipped = {"malformed": 2, "duplicate": 1, "no_group": 0, "mixed_group": 0, "no_turn_rewards": 1,
-               "bad_turns": 2}
+    skipped = {"malformed": 2, "duplicate": 1, "no_group": 0, "mixed_group": 0, "no_turn_rewards": 1, "bad_turns": 2}
     return path, skipped
 
 
@@ -312,8 +356,7 @@ def test_every_kind_of_bad_input_stops_with_its_line_then_skip_bad_counts_them(t
     for number, message in expected_first:
         # Fix every earlier problem so each one is the first to be met in turn.
         fixed = tmp_path / f"upto{number}.jsonl"
-        keep = [line for i, line in enumerate(lines, 1)
-                if i >= number or i not in {n for n, _ in expected_first}]
+        keep = [line for i, line in enumerate(lines, 1) if i >= number or i not in {n for n, _ in expected_first}]
         fixed.write_text("".join(keep))
         at = number - sum(1 for n, _ in expected_first if n < number)
         code, _, err = run(capsys, "advantages", fixed, "--no-output")
@@ -334,8 +377,10 @@ def test_every_kind_of_bad_input_stops_with_its_line_then_skip_bad_counts_them(t
     assert len(report["problems"]) == 6 and report["problems"][0].startswith(f"{path}:2: not valid JSON")
 
     code, out, _ = run(capsys, "advantages", path, "--skip-bad", "--no-output")
-    assert "skipped 2 malformed lines, 1 duplicate episodes, 1 traces without turn rewards, " \
-           "2 traces with invalid turns" in out
+    assert (
+        "skipped 2 malformed lines, 1 duplicate episodes, 1 traces without turn rewards, "
+        "2 traces with invalid turns" in out
+    )
     assert f"{path}:9: trace 0" in out
 
 
@@ -369,7 +414,7 @@ def test_reading_holds_per_trajectory_numbers_not_episodes(tmp_path):
     """What stays in memory per episode is a few hundred bytes, not the ~9 KB episode."""
     import tracemalloc
 
-    from verifiers_stepwise.tracefile import collect
+    from verifiers_stepwise.analysis.tracefile import collect
 
     path = tmp_path / "traces.jsonl"
     stats = write_large_traces(path, target_bytes=3_000_000, interleave=8)
@@ -393,8 +438,17 @@ def test_readme_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "README vf-stepwise", "exec"), {})
     monkeypatch.setenv("COLUMNS", "200")
-    code, out, err = run(capsys, "advantages", "traces.jsonl", "--compare", ":baseline=per_turn",
-                         "--gammas", "0,0.4,0.8,1.0", "--plot", "credit.png")
+    code, out, err = run(
+        capsys,
+        "advantages",
+        "traces.jsonl",
+        "--compare",
+        ":baseline=per_turn",
+        "--gammas",
+        "0,0.4,0.8,1.0",
+        "--plot",
+        "credit.png",
+    )
     assert code == 0, err
     printed = {line.rstrip() for line in out.splitlines()}
     for line in shown.splitlines():
@@ -416,9 +470,9 @@ def test_plot_is_a_png_with_one_column_per_config(tmp_path, capsys):
     for png in (one, two):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     image_one, image_two = imread(one), imread(two)
-    assert image_two.shape[1] > 1.6 * image_one.shape[1]   # two configs side by side
+    assert image_two.shape[1] > 1.6 * image_one.shape[1]  # two configs side by side
     assert image_one.shape[0] == image_two.shape[0]
-    assert np.ptp(image_one[..., :3]) > 0.5                 # drawn on, not blank
+    assert np.ptp(image_one[..., :3]) > 0.5  # drawn on, not blank
 
 
 def test_list_shows_estimators_with_fields_and_defaults(capsys):
@@ -426,7 +480,7 @@ def test_list_shows_estimators_with_fields_and_defaults(capsys):
     assert code == 0
     listing = json.loads(out)
     stepwise = next(e for e in listing["estimators"] if e["name"] == "stepwise")
-    assert stepwise["class"] == "verifiers_stepwise.estimators:Stepwise"
+    assert stepwise["class"] == "verifiers_stepwise.estimators.stepwise:Stepwise"
     fields = {f["name"]: f for f in stepwise["fields"]}
     assert fields["gamma"]["default"] == 0.4 and fields["gamma"]["type"] == "float"
     assert fields["baseline"]["type"] == "pooled|per_turn|leave_one_out|trajectory"
@@ -458,8 +512,9 @@ THIRD_PARTY = """
 
 
 def test_a_third_party_estimator_gets_its_own_flags(tmp_path, capsys, monkeypatch):
-    make_distribution(tmp_path / "site", "scaled-estimator", {ESTIMATOR_GROUP: {"scaled": "scaled_estimator:Scaled"}},
-                      THIRD_PARTY)
+    make_distribution(
+        tmp_path / "site", "scaled-estimator", {ESTIMATOR_GROUP: {"scaled": "scaled_estimator:Scaled"}}, THIRD_PARTY
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     traces = write_episodes(tmp_path / "traces.jsonl", [make_episode([0.5, 1.0]), make_episode([0.25])])
     with pytest.raises(SystemExit):
@@ -467,11 +522,29 @@ def test_a_third_party_estimator_gets_its_own_flags(tmp_path, capsys, monkeypatc
     help_text = capsys.readouterr().out
     assert "--factor FLOAT" in help_text and "Multiplies every reward. (default: 2.0)" in help_text
     assert "--power {1,2}" in help_text and "--estimator-plot, --no-estimator-plot" in help_text
-    code, out, err = run(capsys, "advantages", traces, "--estimator", "scaled", "--factor", "3", "--power", "2",
-                         "--estimator-plot", "--json", "-o", tmp_path / "rows.jsonl")
+    code, out, err = run(
+        capsys,
+        "advantages",
+        traces,
+        "--estimator",
+        "scaled",
+        "--factor",
+        "3",
+        "--power",
+        "2",
+        "--estimator-plot",
+        "--json",
+        "-o",
+        tmp_path / "rows.jsonl",
+    )
     assert code == 0, err
-    assert json.loads(out)["estimators"][0]["config"] == {"scale": "std", "eps": 1e-6, "factor": 3.0, "power": 2,
-                                                         "plot": True}
+    assert json.loads(out)["estimators"][0]["config"] == {
+        "scale": "std",
+        "eps": 1e-6,
+        "factor": 3.0,
+        "power": 2,
+        "plot": True,
+    }
     assert [r["advantage"] for r in read_rows(tmp_path / "rows.jsonl")] == [100.75, 103.0, 100.1875]
     code, _, err = run(capsys, "advantages", traces, "--estimator", "scaled", "--factor", "nan", "--no-output")
     assert code == 2 and "advantage nan of group 0, trajectory 0, turn 0 is not finite" in err
@@ -480,7 +553,7 @@ def test_a_third_party_estimator_gets_its_own_flags(tmp_path, capsys, monkeypatc
 def test_help_loads_no_heavy_module():
     code = (
         "import sys, json\n"
-        "from verifiers_stepwise.cli import main\n"
+        "from verifiers_stepwise.analysis.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = ('numpy', 'verifiers', 'rich', 'matplotlib', 'pydantic', 'torch')\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
@@ -500,22 +573,37 @@ def vf_eval_run(tmp_path_factory):
     from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, scripted
     from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
-    script = scripted({
-        "17 * 23": PerRollout(["About 400.", "391"], ["391"], ["300", "380", "390"], ["I am not sure."]),
-        "144 / 12": PerRollout(["10", "12"], ["11", "11", "12"], ["12"], ["6", Reply(fault="http_500")]),
-        "2 ** 10": PerRollout(["1000", "1024"], ["512", "1000", "1024"], ["1024"], ["2000"]),
-    })
+    script = scripted(
+        {
+            "17 * 23": PerRollout(["About 400.", "391"], ["391"], ["300", "380", "390"], ["I am not sure."]),
+            "144 / 12": PerRollout(["10", "12"], ["11", "11", "12"], ["12"], ["6", Reply(fault="http_500")]),
+            "2 ** 10": PerRollout(["1000", "1024"], ["512", "1000", "1024"], ["1024"], ["2000"]),
+        }
+    )
     tmp = tmp_path_factory.mktemp("vf_eval")
     with ModelServer(script) as server:
-        return run_vf_eval(["stepwise-refine", "-n", "3", "-r", "4", "--env.max-turns", "3"],
-                           server.base_url, output_dir=tmp, env={"HOME": str(tmp)})
+        return run_vf_eval(
+            ["stepwise-refine", "-n", "3", "-r", "4", "--env.max-turns", "3"],
+            server.base_url,
+            output_dir=tmp,
+            env={"HOME": str(tmp)},
+        )
 
 
 def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     episodes = vf_eval_run.episodes
     assert len(episodes) == 12 and sum(not e.ok for e in episodes) == 1
-    result = console("advantages", vf_eval_run.run_dir, "--compare", ":baseline=per_turn", "--json",
-                     "--plot", tmp_path / "credit.png", "-o", tmp_path / "turns.jsonl")
+    result = console(
+        "advantages",
+        vf_eval_run.run_dir,
+        "--compare",
+        ":baseline=per_turn",
+        "--json",
+        "--plot",
+        tmp_path / "credit.png",
+        "-o",
+        tmp_path / "turns.jsonl",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["groups"] == {"count": 3, "by": {"task.key": 3}, "sizes": {"3": 1, "4": 2}, "singleton": 0}
@@ -524,8 +612,10 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
 
     # The library on the same episodes: score_group per task, with each config.
     rows = read_rows(tmp_path / "turns.jsonl")
-    for name, estimator in (("advantage", get_estimator("stepwise")),
-                            ("compare_advantage", get_estimator("stepwise", baseline="per_turn"))):
+    for name, estimator in (
+        ("advantage", get_estimator("stepwise")),
+        ("compare_advantage", get_estimator("stepwise", baseline="per_turn")),
+    ):
         expected = {}
         for group in library_groups(episodes).values():
             for episode, values in zip(group, score_group(group, estimator)):
@@ -536,21 +626,35 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     assert_rows_close(report["estimators"][0]["turns"], per_turn_reference(groups, get_estimator("stepwise")))
 
 
-
-
 def console(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VF_STEPWISE), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [str(VF_STEPWISE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
     traces = tmp_path / "traces.jsonl"
     stats = write_large_traces(traces, target_bytes=6_000_000, rollouts=8, interleave=16, max_turns=5)
     broken, _ = broken_file(tmp_path / "broken")
-    result = console("advantages", traces, broken, "--skip-bad", "--progress", "--gammas", "0,0.4,1",
-                     "--compare", ":baseline=per_turn", "--plot", tmp_path / "credit.png")
+    result = console(
+        "advantages",
+        traces,
+        broken,
+        "--skip-bad",
+        "--progress",
+        "--gammas",
+        "0,0.4,1",
+        "--compare",
+        ":baseline=per_turn",
+        "--plot",
+        tmp_path / "credit.png",
+    )
     assert result.returncode == 0, result.stderr
-    assert "reading traces" in result.stderr and "MB" in result.stderr   # --progress forces the bar
+    assert "reading traces" in result.stderr and "MB" in result.stderr  # --progress forces the bar
     assert f"{stats['episodes'] + 9:,} episodes" in result.stdout
     assert f"scored {stats['episodes'] + 5:,} trajectories" in result.stdout
     assert f"{broken}:2: not valid JSON" in result.stdout

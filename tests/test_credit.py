@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise.credit import exclusion_reason, score_group
-from verifiers_stepwise.registry import UnknownEstimator, get_estimator
+from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.turns import TurnSchemaError, append_turn
+from verifiers_stepwise.traces.credit import exclusion_reason, score_group
+from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
 
 
 def rollout(rewards: list[float], *, tokens: bool = True, reward: float | None = None) -> vf.Episode:

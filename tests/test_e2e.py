@@ -100,4 +100,7 @@ def test_vf_eval_any_taskset_with_env_id_stepwise_refine(server, tmp_path):
     assert three[0].traces[0].info["turn_rewards"] == [1.0]
     assert four[0].traces[0].rewards["in_place"].score == 1.0  # the task's own reward at close
     (second,) = [b for b in server.chat_requests if "one two three four" in str(b) and len(b["messages"]) == 3]
-    assert second["messages"][-1]["content"] == "Your answer scored 0.50; 1.00 counts as solved. Check your work and give an improved answer."
+    assert (
+        second["messages"][-1]["content"]
+        == "Your answer scored 0.50; 1.00 counts as solved. Check your work and give an improved answer."
+    )

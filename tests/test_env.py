@@ -12,11 +12,11 @@ import pytest
 import verifiers.v1 as vf
 
 from verifiers_stepwise import StepwiseMultiTurnEnvConfig, score_group
-from verifiers_stepwise.harness import strip_think
+from verifiers_stepwise.envs.harness import strip_think
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, Reply, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.turns import append_turn, read_turns, turn_samples, write_turn_advantages
+from verifiers_stepwise.traces.turns import append_turn, read_turns, turn_samples, write_turn_advantages
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -148,9 +148,7 @@ async def test_exclude_think_gives_each_turn_its_own_branch(guess_env):
     rewritten assistant message stands: turn t ends branch t, and a branch holds exactly one
     sampled turn — Kevin's one sample per turn."""
     with ModelServer(scripted(THINKING)) as server:
-        (game3,) = await run_groups(
-            {"taskset": {"id": "guess-env"}, "exclude_think": True}, client(server), limit=1
-        )
+        (game3,) = await run_groups({"taskset": {"id": "guess-env"}, "exclude_think": True}, client(server), limit=1)
         sent = server.chat_requests
     trace = only_trace(game3)
     assert trace.info["turn_nodes"] == [[1], [4], [7]]

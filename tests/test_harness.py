@@ -11,8 +11,14 @@ from verifiers.v1.interception import InterceptionServer
 from verifiers.v1.session import RolloutSession
 from verifiers.v1.utils.loaders import harness_class, harness_config_type
 
-from verifiers_stepwise import harness as harness_module
-from verifiers_stepwise.harness import ChatSession, ModelCallError, StepwiseChatConfig, StepwiseChatHarness, strip_think
+from verifiers_stepwise.envs import harness as harness_module
+from verifiers_stepwise.envs.harness import (
+    ChatSession,
+    ModelCallError,
+    StepwiseChatConfig,
+    StepwiseChatHarness,
+    strip_think,
+)
 from verifiers_stepwise.testing.server import ModelServer, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.tools import Calculator, CalculatorState
 
@@ -92,7 +98,13 @@ async def test_multi_turn_exchange_with_usage_accounting(server, stream):
     assert replies == ["one", "two", "three"]
     assert trace.ok and trace.stop_condition == "user_closed" and not trace.errors
     assert [n.message.role for n in trace.nodes] == [
-        "system", "user", "assistant", "user", "assistant", "user", "assistant"
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
     ]
     sent = requests_for(server, prompt)
     assert [len(b["messages"]) for b in sent] == [2, 4, 6]
@@ -170,7 +182,13 @@ async def test_tool_calls_run_against_the_tasks_mcp_servers(server):
     assert trace.ok, trace.errors
     assert trace.last_reply == "The sum is 5."
     assert [n.message.role for n in trace.nodes] == [
-        "system", "user", "assistant", *["tool"] * 6, "assistant", "tool", "assistant"
+        "system",
+        "user",
+        "assistant",
+        *["tool"] * 6,
+        "assistant",
+        "tool",
+        "assistant",
     ]
     results = [(n.message.name, n.message.content) for n in trace.nodes if n.message.role == "tool"]
     assert results[:2] == [("calculator_add", "5"), ("calculator_add", "denied by policy")]

@@ -64,9 +64,7 @@ def test_single_turn_optimum_and_sizes():
     assert (task.turns, task.n_prompts, task.n_states, task.n_actions) == (1, 16, 17, 16)
     answer_target = torch.eye(16, dtype=torch.float64)[:, None, :].expand(16, 17, 16)
     assert evaluate(task, answer_target).success == 1.0
-    assert evaluate(task, torch.full((16, 17, 16), 1 / 16, dtype=torch.float64)).success == pytest.approx(
-        1 / 16
-    )
+    assert evaluate(task, torch.full((16, 17, 16), 1 / 16, dtype=torch.float64)).success == pytest.approx(1 / 16)
 
 
 def test_refine_rejects_bad_sizes():
@@ -88,9 +86,7 @@ def test_exact_success_matches_sampled_rollouts(name):
     n = prompts.numel()
     returns = batch.rewards.sum(1)
     assert batch.solved.double().mean().item() == pytest.approx(exact.success, abs=4 * math.sqrt(0.25 / n))
-    assert returns.mean().item() == pytest.approx(
-        exact.expected_return, abs=4 * returns.std().item() / math.sqrt(n)
-    )
+    assert returns.mean().item() == pytest.approx(exact.expected_return, abs=4 * returns.std().item() / math.sqrt(n))
 
 
 @pytest.mark.parametrize("name", list(TASKS))

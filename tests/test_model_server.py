@@ -135,7 +135,9 @@ def test_per_rollout_plans_follow_the_session_header():
 
         def reply(session, history=()):
             payload = {**body, "messages": [*body["messages"], *history]}
-            response = httpx.post(f"{server.base_url}/chat/completions", json=payload, headers={"X-Session-ID": session})
+            response = httpx.post(
+                f"{server.base_url}/chat/completions", json=payload, headers={"X-Session-ID": session}
+            )
             return response.json()["choices"][0]["message"]["content"]
 
         assert [reply("s1"), reply("s2"), reply("s1"), reply("s3")] == ["a", "b", "a", "a"]

@@ -11,7 +11,17 @@ from pathlib import Path
 import verifiers_stepwise
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("numpy", "numba", "torch", "verifiers", "pydantic", "datasets", "prime_rl", "torchtitan", "tinker_cookbook")
+HEAVY = (
+    "numpy",
+    "matplotlib",
+    "torch",
+    "verifiers",
+    "pydantic",
+    "datasets",
+    "prime_rl",
+    "torchtitan",
+    "tinker_cookbook",
+)
 
 
 def test_import_loads_no_heavy_module():
@@ -19,18 +29,6 @@ def test_import_loads_no_heavy_module():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
-
-
-def test_compiled_kernels_are_cached_on_disk():
-    """numba compiles the kernels once; a later process loads them instead of compiling."""
-    code = (
-        "from verifiers_stepwise import Stepwise, kernels; Stepwise()([[1.0, 0.0], [0.0]]); "
-        "stats = kernels.group_advantages.stats; print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))"
-    )
-    for _ in range(2):  # the first run may be the one that compiles
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1", "0"]
 
 
 def test_every_public_name_resolves():

@@ -6,10 +6,10 @@ import math
 
 import pytest
 import verifiers.v1 as vf
+from stepwise_refine.arithmetic import ArithmeticData, ArithmeticTask, last_number
 
 from verifiers_stepwise import available_environments
-from verifiers_stepwise.arithmetic import ArithmeticData, ArithmeticTask, last_number
-from verifiers_stepwise.refine import RefineConfig, RefineEnv, score_so_far
+from verifiers_stepwise.envs.refine import RefineConfig, RefineEnv, score_so_far
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder

@@ -19,7 +19,7 @@ from verifiers_stepwise import (
     estimator_class,
     get_estimator,
 )
-from verifiers_stepwise.registry import ENVIRONMENT_GROUP, ESTIMATOR_GROUP
+from verifiers_stepwise.estimators.registry import ENVIRONMENT_GROUP, ESTIMATOR_GROUP
 
 
 def make_distribution(root: Path, name: str, entry_points: dict[str, dict[str, str]], module: str = "") -> None:

@@ -1,4 +1,4 @@
-"""Properties S1–S11 (sum) and M1–M7 (max) of ../shared/PROPERTIES.md, plus validation."""
+"""Properties S1–S11 (sum) and M1–M7 (max) of docs/properties.md, plus validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests import reference, strategies as s
+from tests import reference
+from tests import strategies as s
 from verifiers_stepwise import RaggedBatch, RewardError, discounted_returns, ragged_discounted_returns
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import verifiers.v1 as vf
+from stepwise_refine.arithmetic import ArithmeticTaskset
 from verifiers.v1.serve import EnvClient, EnvServer
 
 from verifiers_stepwise import get_estimator, read_turns, score_group
-from verifiers_stepwise.arithmetic import ArithmeticTaskset
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.turns import (
+from verifiers_stepwise.traces.turns import (
     TraceTurns,
     TurnSchemaError,
     append_turn,

@@ -1,7 +1,16 @@
 """Stepwise (turn-level) credit assignment for multi-turn LLM RL on the Verifiers v1 API.
 
+Layers, each importing only those before it:
+
+    estimators   the math: per-turn returns, baselines, estimators and their registry (numpy)
+    traces       the per-turn reward schema on verifiers v1 traces; credit written on tokens
+    envs         StepwiseMultiTurnEnv, the refine env and the stepwise-chat harness (verifiers)
+    hosts        trainer adapters: prime-rl, torchtitan, tinker-cookbook (each imports its host)
+    analysis     the ``vf-stepwise`` command
+    testing      a scripted model server and trace builders for tests
+
 Public names are imported on first use, so ``import verifiers_stepwise`` loads neither numpy,
-torch, verifiers nor any trainer.
+verifiers nor any trainer.
 """
 
 from __future__ import annotations
@@ -13,38 +22,38 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "discounted_returns": "returns",
-    "ragged_discounted_returns": "returns",
-    "RaggedBatch": "ragged",
-    "RewardError": "ragged",
-    "Estimator": "estimators",
-    "EstimatorConfig": "estimators",
-    "ConfigError": "estimators",
-    "Stepwise": "estimators",
-    "StepwiseConfig": "estimators",
-    "GRPO": "estimators",
-    "GRPOConfig": "estimators",
-    "zero_advantage_groups": "estimators",
-    "available_estimators": "registry",
-    "available_environments": "registry",
-    "estimator_class": "registry",
-    "get_estimator": "registry",
-    "UnknownEstimator": "registry",
-    "EntryPointConflict": "registry",
-    "TraceTurns": "turns",
-    "TurnSample": "turns",
-    "TurnSchemaError": "turns",
-    "append_turn": "turns",
-    "read_turns": "turns",
-    "turn_samples": "turns",
-    "write_turn_advantages": "turns",
-    "score_group": "credit",
-    "StepwiseMultiTurnEnv": "env",
-    "StepwiseMultiTurnEnvConfig": "env",
-    "Turn": "env",
-    "TurnResult": "env",
-    "StepwiseChatConfig": "harness",
-    "StepwiseChatHarness": "harness",
+    "discounted_returns": "estimators.returns",
+    "ragged_discounted_returns": "estimators.returns",
+    "RaggedBatch": "estimators.ragged",
+    "RewardError": "estimators.ragged",
+    "Estimator": "estimators.base",
+    "EstimatorConfig": "estimators.base",
+    "ConfigError": "estimators.base",
+    "zero_advantage_groups": "estimators.base",
+    "Stepwise": "estimators.stepwise",
+    "StepwiseConfig": "estimators.stepwise",
+    "GRPO": "estimators.grpo",
+    "GRPOConfig": "estimators.grpo",
+    "available_estimators": "estimators.registry",
+    "available_environments": "estimators.registry",
+    "estimator_class": "estimators.registry",
+    "get_estimator": "estimators.registry",
+    "UnknownEstimator": "estimators.registry",
+    "EntryPointConflict": "estimators.registry",
+    "TraceTurns": "traces.turns",
+    "TurnSample": "traces.turns",
+    "TurnSchemaError": "traces.turns",
+    "append_turn": "traces.turns",
+    "read_turns": "traces.turns",
+    "turn_samples": "traces.turns",
+    "write_turn_advantages": "traces.turns",
+    "score_group": "traces.credit",
+    "StepwiseMultiTurnEnv": "envs.env",
+    "StepwiseMultiTurnEnvConfig": "envs.env",
+    "Turn": "envs.env",
+    "TurnResult": "envs.env",
+    "StepwiseChatConfig": "envs.harness",
+    "StepwiseChatHarness": "envs.harness",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -64,18 +73,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from verifiers_stepwise.estimators import (
-        GRPO,
-        ConfigError,
-        Estimator,
-        EstimatorConfig,
-        GRPOConfig,
-        Stepwise,
-        StepwiseConfig,
-        zero_advantage_groups,
-    )
-    from verifiers_stepwise.ragged import RaggedBatch, RewardError
-    from verifiers_stepwise.registry import (
+    from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+    from verifiers_stepwise.envs.harness import StepwiseChatConfig, StepwiseChatHarness
+    from verifiers_stepwise.estimators.base import ConfigError, Estimator, EstimatorConfig, zero_advantage_groups
+    from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
+    from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+    from verifiers_stepwise.estimators.registry import (
         EntryPointConflict,
         UnknownEstimator,
         available_environments,
@@ -83,11 +86,10 @@ if TYPE_CHECKING:
         estimator_class,
         get_estimator,
     )
-    from verifiers_stepwise.returns import discounted_returns, ragged_discounted_returns
-    from verifiers_stepwise.credit import score_group
-    from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
-    from verifiers_stepwise.harness import StepwiseChatConfig, StepwiseChatHarness
-    from verifiers_stepwise.turns import (
+    from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
+    from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
+    from verifiers_stepwise.traces.credit import score_group
+    from verifiers_stepwise.traces.turns import (
         TraceTurns,
         TurnSample,
         TurnSchemaError,

@@ -31,8 +31,7 @@ class Method:
     def short(self) -> str:
         """Compact name for plot legends: ``stepwise sum γ=0.4 per_turn``."""
         parts = [
-            f"γ={v}" if k == "gamma" else f"{v}" if isinstance(v, str) else f"{k}={v}"
-            for k, v in self.config.items()
+            f"γ={v}" if k == "gamma" else f"{v}" if isinstance(v, str) else f"{k}={v}" for k, v in self.config.items()
         ]
         return " ".join([self.estimator, *parts])
 

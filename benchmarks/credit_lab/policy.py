@@ -19,9 +19,7 @@ class TabularPolicy(torch.nn.Module):
     def __init__(self, task: Task) -> None:
         super().__init__()
         self.shape = (task.n_prompts, task.n_states, task.n_actions)
-        self.logits = torch.nn.Parameter(
-            torch.zeros(task.n_observations, task.n_actions, dtype=torch.float64)
-        )
+        self.logits = torch.nn.Parameter(torch.zeros(task.n_observations, task.n_actions, dtype=torch.float64))
 
     def probs(self) -> torch.Tensor:
         """(P, X, A) action probabilities of every (prompt, state)."""

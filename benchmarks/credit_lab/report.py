@@ -158,9 +158,7 @@ def wrong_sign_table(rows: Sequence[Row]) -> str:
         "|---|" + "---|" * turns,
     ]
     for r in rows:
-        lines.append(
-            f"| `{r.method}` | " + " | ".join(_number(v) for v in r.signal.wrong_sign_by_turn) + " |"
-        )
+        lines.append(f"| `{r.method}` | " + " | ".join(_number(v) for v in r.signal.wrong_sign_by_turn) + " |")
     return "\n".join(lines)
 
 
@@ -177,9 +175,7 @@ def identical_curves(runs: dict[str, Sequence[Run]]) -> list[list[str]]:
     return [g for g in groups if len(g) > 1]
 
 
-def plot_curves(
-    curves: dict[str, dict[str, Sequence[Run]]], titles: dict[str, str], target: float, path: Path
-) -> None:
+def plot_curves(curves: dict[str, dict[str, Sequence[Run]]], titles: dict[str, str], target: float, path: Path) -> None:
     """One panel per task: mean exact success over seeds against episodes, min–max shaded.
 
     Methods are numbered in the legend; a panel notes which numbers drew the very same curve
@@ -201,14 +197,10 @@ def plot_curves(
             episodes = runs[0].episodes
             label = f"[{i + 1}] {method}"
             line = ax.plot(episodes, success.mean(0), styles[i % len(styles)], lw=1.6, label=label)[0]
-            ax.fill_between(
-                episodes, success.min(0), success.max(0), color=line.get_color(), alpha=0.12, lw=0
-            )
+            ax.fill_between(episodes, success.min(0), success.max(0), color=line.get_color(), alpha=0.12, lw=0)
         same = ["=".join(f"[{number[m]}]" for m in group) for group in identical_curves(curves[task])]
         if same:
-            ax.text(
-                0.98, 0.03, "same curve: " + ", ".join(same), transform=ax.transAxes, ha="right", fontsize=8
-            )
+            ax.text(0.98, 0.03, "same curve: " + ", ".join(same), transform=ax.transAxes, ha="right", fontsize=8)
         ax.axhline(target, color="grey", lw=0.8, ls=":")
         ax.set_title(titles[task], fontsize=9)
         ax.set_xlabel("training episodes")

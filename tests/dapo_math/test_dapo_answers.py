@@ -7,7 +7,6 @@ import re
 import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
-
 from stepwise_dapo_math.answers import (
     check_answer,
     extract_answer,
@@ -19,8 +18,7 @@ integers = st.integers(min_value=-(10**30), max_value=10**30)
 # Text with any unicode, including "Answer:"-like fragments and TeX.
 FRAGMENTS = ["Answer:", "answer：", "\\boxed{", "}", "$", "\n", "ANSWER", "=", "**", "−", "４"]
 noise = st.lists(
-    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
-    | st.sampled_from(FRAGMENTS),
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20) | st.sampled_from(FRAGMENTS),
     max_size=30,
 ).map("".join)
 CANONICAL = re.compile(r"^(?:0|-?[1-9]\d*)$")

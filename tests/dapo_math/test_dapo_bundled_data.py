@@ -7,7 +7,6 @@ import json
 from collections import Counter
 
 import pytest
-
 from stepwise_dapo_math import build_offline_set
 from stepwise_dapo_math.answers import normalize_integer
 from stepwise_dapo_math.loaders import BUNDLED_PATH

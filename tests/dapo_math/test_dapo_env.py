@@ -12,17 +12,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import verifiers.v1 as vf
-from verifiers.v1.errors import TaskError
-
 from stepwise_dapo_math.config import DapoMathTaskConfig
 from stepwise_dapo_math.env import MISSING, WRONG, DapoMathEnvConfig
 from stepwise_dapo_math.loaders import BUNDLED_PATH
 from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, response_lengths
+from verifiers.v1.errors import TaskError
+
 from verifiers_stepwise import score_group
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ChatCall, ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.turns import read_turns
+from verifiers_stepwise.traces.turns import read_turns
 
 KEY_VAR = "STEPWISE_DAPO_TEST_KEY"
 ROWS = [json.loads(line) for line in BUNDLED_PATH.read_text().splitlines()[:3]]
@@ -190,9 +190,9 @@ def test_a_scripted_call_sees_the_dapo_prompt():
 
 
 def test_the_bundle_is_registered_and_resolves_through_verifiers():
+    from stepwise_dapo_math import DapoMathEnv, DapoMathTaskset
     from verifiers.v1.utils.loaders import environment_class, load_taskset
 
-    from stepwise_dapo_math import DapoMathEnv, DapoMathTaskset
     from verifiers_stepwise import available_environments
 
     assert available_environments()["stepwise-dapo-math"] == "stepwise_dapo_math"

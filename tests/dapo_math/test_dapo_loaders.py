@@ -8,7 +8,6 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from stepwise_dapo_math.config import DapoMathTasksetConfig
 from stepwise_dapo_math.loaders import (
     BUNDLED,

@@ -1,4 +1,4 @@
-"""DAPO overlong reward shaping (PROPERTIES.md "DAPO reward shaping")."""
+"""DAPO overlong reward shaping (docs/properties.md "DAPO reward shaping")."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
 from stepwise_dapo_math.config import OverlongConfig
 from stepwise_dapo_math.shaping import overlong_penalty
 

@@ -7,7 +7,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from stepwise_dapo_math.symbolic import SymbolicChecker, verify_pair
 
 PATHOLOGICAL = "9^{9^{9^{9}}}"  # sympy tries to evaluate this power and never returns

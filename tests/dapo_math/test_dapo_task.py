@@ -7,7 +7,6 @@ import json
 
 import pytest
 from pydantic import ValidationError
-
 from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
 from stepwise_dapo_math.loaders import DatasetError
 from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, DapoMathTaskset
@@ -76,9 +75,7 @@ def test_the_integer_verifier_rejects_a_symbolic_ground_truth_at_load(tmp_path):
     )
     with pytest.raises(DatasetError, match=r"'half'.*not an integer.*math_verify"):
         DapoMathTaskset(DapoMathTasksetConfig(id="stepwise-dapo-math", path=path)).load()
-    config = DapoMathTasksetConfig(
-        id="stepwise-dapo-math", path=path, task=DapoMathTaskConfig(verifier="math_verify")
-    )
+    config = DapoMathTasksetConfig(id="stepwise-dapo-math", path=path, task=DapoMathTaskConfig(verifier="math_verify"))
     assert [t.key for t in DapoMathTaskset(config).load()] == ["ok", "half"]
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
-
 from stepwise_dapo_math.loaders import BUNDLED_PATH
+
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval

@@ -30,12 +30,10 @@ from tests.hosts.conftest import REAL_PRIME_RL
 from verifiers_stepwise import get_estimator
 from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm, main
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.turns import TurnSchemaError, append_turn
+from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_prime_rl = pytest.mark.skipif(
-    not REAL_PRIME_RL, reason="prime-rl is not installed (git only, not on PyPI)"
-)
+needs_prime_rl = pytest.mark.skipif(not REAL_PRIME_RL, reason="prime-rl is not installed (git only, not on PyPI)")
 
 
 def single_turn(reward: float, n_tokens: int = 3) -> vf.Episode:
@@ -59,8 +57,9 @@ def multi_turn(rewards: list[float], tool_turn: int | None = 1) -> vf.Episode:
     return b.episode(reward=rewards[-1])
 
 
-def algorithm(**config) -> StepwiseAlgorithm:
-    return StepwiseAlgorithm(StepwiseAlgoConfig(**config), policy_pool=None)
+def algorithm(estimator: str = "stepwise", missing: str = "final_turn", **options) -> StepwiseAlgorithm:
+    config = StepwiseAlgoConfig(estimator=estimator, options=options, missing=missing)
+    return StepwiseAlgorithm(config, policy_pool=None)
 
 
 STEPWISE_NONE = algorithm(scale="none")
@@ -161,7 +160,9 @@ def test_trace_without_turn_rewards_scores_its_reward_on_the_last_turn():
 
 def test_zero_advantage_turns_carry_exact_zeros():
     # gamma 0, per-turn baseline: turn 0 is equal across the group, turn 1 is not.
-    episodes = score(algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0], None), multi_turn([0.5, 0.0], None)])
+    episodes = score(
+        algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0], None), multi_turn([0.5, 0.0], None)]
+    )
     for episode, sign in zip(episodes, (1, -1)):
         turn0, turn1 = (episode.traces[0].nodes[i] for (i,) in episode.traces[0].info["turn_nodes"])
         assert set(turn0.advantages) == {0.0}
@@ -172,16 +173,16 @@ def test_config_fields_are_validated_by_name():
     with pytest.raises(ValidationError, match="no advantage estimator named 'nope'"):
         StepwiseAlgoConfig(estimator="nope")
     with pytest.raises(ValidationError, match="field 'gamma'"):
-        StepwiseAlgoConfig(gamma=1.5)
+        StepwiseAlgoConfig(options={"gamma": 1.5})
     with pytest.raises(ValidationError, match="GRPO config: field 'gamma': unknown field"):
-        StepwiseAlgoConfig(estimator="grpo", gamma=0.5)
+        StepwiseAlgoConfig(estimator="grpo", options={"gamma": 0.5})
     with pytest.raises(ValidationError, match="missing"):
         StepwiseAlgoConfig(missing="skip")
     assert StepwiseAlgoConfig().type == "stepwise"
 
 
 def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
-    algo = algorithm(estimator="last-turn-only", options={"bonus": 0.5})
+    algo = algorithm(estimator="last-turn-only", bonus=0.5)
     assert isinstance(algo.estimator, third_party_estimator)
     episodes = score(algo, [multi_turn([0.0, 1.0], None), multi_turn([0.5], None)])
     assert [e.traces[0].info["turn_credit"]["advantages"] for e in episodes] == [[0.0, 0.75], [0.25]]
@@ -260,8 +261,12 @@ def test_prime_rls_zero_advantage_filter_drops_only_zero_turns():
         # reads Branch.multi_modal_data, which verifiers 0.4.0 no longer has).
         (branch,) = trace.branches
         return TrainingSample(
-            token_ids=branch.token_ids, mask=branch.sampled_mask, logprobs=branch.logprobs,
-            temperatures=[], env_name="refine", advantages=branch.advantages,
+            token_ids=branch.token_ids,
+            mask=branch.sampled_mask,
+            logprobs=branch.logprobs,
+            temperatures=[],
+            env_name="refine",
+            advantages=branch.advantages,
         )
 
     episodes = score(

@@ -88,8 +88,7 @@ def test_single_turn_datums_equal_tinkers(groups, name):
     # Group sizes 1, 2, 4, 8 and rewards in eighths: tinker's float32 mean is exact, so the
     # comparison can be bit for bit (other sizes differ from tinker's float32 by rounding).
     batch = [
-        group([trajectory([(r, n, False, False)]) for r, _, n in spec], [f for _, f, _ in spec])
-        for spec in groups
+        group([trajectory([(r, n, False, False)]) for r, _, n in spec], [f for _, f, _ in spec]) for spec in groups
     ]
     theirs = data_processing.assemble_training_data(batch, data_processing.compute_advantages(batch))
     advantages = adapter.compute_advantages(batch, estimator=estimator(name, scale="none"))
@@ -155,7 +154,10 @@ def test_every_action_token_carries_its_transitions_advantage(spec, options):
 
 def test_turn_rewards_add_the_final_reward_to_the_last_transition():
     g = group(
-        [trajectory([(0.25, 1, False, False), (0.5, 1, False, False)]), Trajectory(transitions=[], final_ob=tinker.ModelInput.from_ints([]))],
+        [
+            trajectory([(0.25, 1, False, False), (0.5, 1, False, False)]),
+            Trajectory(transitions=[], final_ob=tinker.ModelInput.from_ints([])),
+        ],
         [1.0, -1.0],
     )
     assert adapter.turn_rewards(g) == [[0.25, 1.5], [-1.0]]
@@ -163,7 +165,9 @@ def test_turn_rewards_add_the_final_reward_to_the_last_transition():
 
 
 def test_example_by_hand_and_provenance_kept():
-    g = group([trajectory([(0.0, 2, False, False), (1.0, 1, False, False)]), trajectory([(1.0, 1, False, False)])], [0.0, 0.0])
+    g = group(
+        [trajectory([(0.0, 2, False, False), (1.0, 1, False, False)]), trajectory([(1.0, 1, False, False)])], [0.0, 0.0]
+    )
     advantages = adapter.compute_advantages([g], estimator=estimator(gamma=0.5, scale="none"))
     # returns [0.5, 1] and [1]; pooled mean 5/6
     assert advantages[0] == [pytest.approx([0.5 - 5 / 6, 1 - 5 / 6]), pytest.approx([1 - 5 / 6])]
@@ -179,7 +183,9 @@ def test_example_by_hand_and_provenance_kept():
 
 
 def equal_totals_with_credit() -> TrajectoryGroup:
-    return group([trajectory([(0.0, 1, False, False), (1.0, 1, False, False)]), trajectory([(1.0, 1, False, False)])], [0.0, 0.0])
+    return group(
+        [trajectory([(0.0, 1, False, False), (1.0, 1, False, False)]), trajectory([(1.0, 1, False, False)])], [0.0, 0.0]
+    )
 
 
 def no_credit() -> TrajectoryGroup:
@@ -221,7 +227,12 @@ def test_constant_total_groups_with_credit_are_kept():
 
 
 def test_use_estimator_rebinds_and_restores():
-    names = ["compute_advantages", "assemble_training_data", "remove_constant_reward_groups", "drop_constant_reward_group"]
+    names = [
+        "compute_advantages",
+        "assemble_training_data",
+        "remove_constant_reward_groups",
+        "drop_constant_reward_group",
+    ]
     before = {name: getattr(tinker_train, name) for name in names}
     with pytest.raises(RuntimeError, match="boom"):
         with adapter.use_estimator("grpo", scale="std") as chosen:
@@ -240,7 +251,9 @@ def test_bad_estimator_config_fails_before_rebinding():
 
 
 def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
-    g = group([trajectory([(0.0, 1, False, False), (1.0, 1, False, False)]), trajectory([(0.5, 1, False, False)])], [0.0, 0.0])
+    g = group(
+        [trajectory([(0.0, 1, False, False), (1.0, 1, False, False)]), trajectory([(0.5, 1, False, False)])], [0.0, 0.0]
+    )
     with adapter.use_estimator("last-turn-only", bonus=0.5) as chosen:
         assert isinstance(chosen, third_party_estimator)
         assert tinker_train.compute_advantages([g]) == [[[0.0, 0.75], [0.25]]]
@@ -255,13 +268,16 @@ def test_cli_runs_tinkers_training_loop_with_the_estimator(monkeypatch):
         calls["advantages"] = tinker_train.compute_advantages(batch)
 
     monkeypatch.setattr(tinker_train, "main", fake_main)
-    argv = ["estimator=stepwise", "gamma=0.5", "scale=none", *(f"train.{arg}" for arg in TRAIN_ARGV)]
+    argv = ["estimator=stepwise", "options.gamma=0.5", "options.scale=none", *(f"train.{arg}" for arg in TRAIN_ARGV)]
     adapter.main(chz.Blueprint(adapter.CLIConfig).make_from_argv(argv))
     assert isinstance(calls["config"], tinker_train.Config)
     assert calls["advantages"][0] == [pytest.approx([0.5 - 5 / 6, 1 - 5 / 6]), pytest.approx([1 - 5 / 6])]
     assert tinker_train.compute_advantages is data_processing.compute_advantages  # restored
     with pytest.raises(Exception, match="aggregation"):
-        chz.Blueprint(adapter.CLIConfig).make_from_argv(["aggregation=mean", *(f"train.{a}" for a in TRAIN_ARGV)])
+        config = chz.Blueprint(adapter.CLIConfig).make_from_argv(
+            ["options.aggregation=mean", *(f"train.{a}" for a in TRAIN_ARGV)]
+        )
+        adapter.main(config)
 
 
 def test_use_estimator_takes_a_configured_instance():

@@ -20,14 +20,13 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
+from renderers import ParsedResponse
 from torchtitan.config import Configurable
 from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
 from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
 from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus, RolloutTurn
 from torchtitan.experiments.rl.types import Completion, RolloutTurnID
-from renderers import ParsedResponse
 
 from verifiers_stepwise import ConfigError, RewardError, UnknownEstimator, get_estimator
 from verifiers_stepwise.hosts.torchtitan import (
@@ -72,9 +71,7 @@ def make_rollout(group_id: int, j: int, turns: list[TurnSpec], reward: float | N
             )
         )
         history = prompt + completion
-    return Rollout(
-        group_id=group_id, rollout_id=j, turns=rollout_turns, status=RolloutStatus.COMPLETED, reward=reward
-    )
+    return Rollout(group_id=group_id, rollout_id=j, turns=rollout_turns, status=RolloutStatus.COMPLETED, reward=reward)
 
 
 def make_group(group_id: int, spec: list[tuple[list[TurnSpec], float]]) -> RolloutGroup:
@@ -85,9 +82,9 @@ def make_group(group_id: int, spec: list[tuple[list[TurnSpec], float]]) -> Rollo
 
 
 @functools.cache
-def component(**options) -> StepwiseAdvantage:
-    """Built once per option set: building looks the estimator up among the entry points."""
-    return StepwiseAdvantage.Config(**options).build()
+def component(estimator: str = "stepwise", **options) -> StepwiseAdvantage:
+    """Built once per option set."""
+    return StepwiseAdvantage.Config(estimator=estimator, options=options).build()
 
 
 @functools.cache
@@ -151,8 +148,10 @@ def test_single_turn_training_samples_equal_torchtitans(rewards, completions):
     # (equal rewards) or kept (a lone rollout too).
     spec = [([TurnSpec(reward=None, completion=c)], r) for r, c in zip(rewards, completions)]
     ours = builder().build_from_group(rollout_group=score(make_group(4, spec), component(scale="none")))
-    theirs = TrainingSampleBuilder.Config().build().build_from_group(
-        rollout_group=score(make_group(4, spec), reference(False))
+    theirs = (
+        TrainingSampleBuilder.Config()
+        .build()
+        .build_from_group(rollout_group=score(make_group(4, spec), reference(False)))
     )
     assert sample_fields(ours.training_samples) == sample_fields(theirs.training_samples)
 
@@ -171,9 +170,7 @@ turn_spec = st.builds(
 @settings(max_examples=60, deadline=None)
 @given(
     spec=st.lists(st.tuples(st.lists(turn_spec, min_size=1, max_size=5), dyadic), min_size=1, max_size=5),
-    options=st.sampled_from(
-        [{}, {"gamma": 0.9, "baseline": "per_turn"}, {"aggregation": "max", "scale": "none"}]
-    ),
+    options=st.sampled_from([{}, {"gamma": 0.9, "baseline": "per_turn"}, {"aggregation": "max", "scale": "none"}]),
 )
 def test_every_completion_token_carries_its_turns_advantage(spec, options):
     stepwise = component(**options)
@@ -192,9 +189,7 @@ def test_every_completion_token_carries_its_turns_advantage(spec, options):
             t = (token - COMPLETION) // 1000
             assert advantage == expected[j][t]
             seen[j, t] = seen.get((j, t), 0) + 1
-    assert seen == {
-        (j, t): turn.completion for j, (turns, _) in enumerate(spec) for t, turn in enumerate(turns)
-    }
+    assert seen == {(j, t): turn.completion for j, (turns, _) in enumerate(spec) for t, turn in enumerate(turns)}
 
 
 def test_turn_rewards_follow_env_rewards_then_the_rubric_reward():
@@ -215,7 +210,7 @@ def test_multi_turn_example_by_hand():
         ([TurnSpec(0.0), TurnSpec(1.0)], 1.0),
         ([TurnSpec(1.0)], 1.0),
     ]
-    group = score(make_group(0, spec), StepwiseAdvantage.Config(gamma=0.5, scale="none").build())
+    group = score(make_group(0, spec), component(gamma=0.5, scale="none"))
     # returns: [0 + 0.5·1, 1] and [1]; pooled mean 5/6
     first, second = (rollout.advantage for rollout in group.rollouts)
     assert first.per_turn == pytest.approx((0.5 - 5 / 6, 1 - 5 / 6))
@@ -226,8 +221,10 @@ def test_multi_turn_example_by_hand():
     assert sample.loss_mask == [False] * 3 + [True] * 2 + [False] + [True] * 2
     assert sample.advantage == [0.0] * 3 + [first.per_turn[0]] * 2 + [0.0] + [first.per_turn[1]] * 2
 
-    theirs = TrainingSampleBuilder.Config().build().build_from_group(
-        rollout_group=score(make_group(0, spec), AdvantageEstimator.Config().build())
+    theirs = (
+        TrainingSampleBuilder.Config()
+        .build()
+        .build_from_group(rollout_group=score(make_group(0, spec), AdvantageEstimator.Config().build()))
     )
     assert theirs.training_samples == []
 
@@ -296,9 +293,9 @@ def test_bad_estimator_config_is_named():
     with pytest.raises(UnknownEstimator, match="'nope'.*installed: .*stepwise"):
         StepwiseAdvantage.Config(estimator="nope").build()
     with pytest.raises(ConfigError, match="field 'gamma': unknown field"):
-        StepwiseAdvantage.Config(estimator="grpo", gamma=0.9).build()
+        StepwiseAdvantage.Config(estimator="grpo", options={"gamma": 0.9}).build()
     with pytest.raises(ConfigError, match="field 'baseline'"):
-        StepwiseAdvantage.Config(baseline="nope").build()
+        StepwiseAdvantage.Config(options={"baseline": "nope"}).build()
 
 
 # -- any registered estimator, config plumbing ---------------------------------------------------
@@ -326,7 +323,7 @@ def test_cli_flags_reach_the_component():
 
     config = tyro.cli(
         StepwiseAdvantage.Config,
-        args=["--estimator", "stepwise", "--gamma", "0.9", "--baseline", "per_turn", "--scale", "none"],
+        args=["--estimator", "stepwise", "--options", "gamma", "0.9", "baseline", "per_turn", "scale", "none"],
     )
     estimator = config.build().estimator
     assert (estimator.config.gamma, estimator.config.baseline, estimator.config.scale) == (0.9, "per_turn", "none")
@@ -389,8 +386,12 @@ def test_rollout_through_torchtitans_rollouter():
         j, t = (int(part.split("=")[1]) for part in request_id.split("/")[1:])
         tokens = [ord(c) for c in answers[j][t] + "</assistant>"]
         return Completion(
-            min_policy_version=0, max_policy_version=0, request_id=request_id,
-            token_ids=tokens, token_logprobs=[-0.5] * len(tokens), finish_reason="stop",
+            min_policy_version=0,
+            max_policy_version=0,
+            request_id=request_id,
+            token_ids=tokens,
+            token_logprobs=[-0.5] * len(tokens),
+            finish_reason="stop",
         )
 
     problem = DapoMathSample(prompt="What is 3 + 4?", ground_truth="7")
@@ -401,8 +402,12 @@ def test_rollout_through_torchtitans_rollouter():
     ).build()
     group = asyncio.run(
         rollouter.run_group_rollouts(
-            generate_fn=generate, sample=problem, group_id=0, group_size=3,
-            sampling=SimpleNamespace(seed=None), renderer=_CharRenderer(),
+            generate_fn=generate,
+            sample=problem,
+            group_id=0,
+            group_size=3,
+            sampling=SimpleNamespace(seed=None),
+            renderer=_CharRenderer(),
         )
     )
     rewards = [[turn.env_rewards["turn_reward"] for turn in r.turns] for r in group.rollouts]

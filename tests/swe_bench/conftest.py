@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over
 

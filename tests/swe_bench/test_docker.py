@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
-from verifiers.v1.runtimes import provision_runtime
-from verifiers.v1.utils.compile import resolve_runtime_config
-
 from stepwise_swe_bench.box import BoxRef, UnsupportedRuntime, open_sandbox, prepare_box
 from stepwise_swe_bench.grading import grade
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.taskset import SweBenchTask, SweBenchTaskConfig, task_data
+from verifiers.v1.runtimes import provision_runtime
+from verifiers.v1.utils.compile import resolve_runtime_config
 
 BASE = "d16bfe05a744909de4b27f5875fe0d4ed41ce607"
 TEST_FILE = "astropy/modeling/tests/test_separable.py"
@@ -168,7 +167,11 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     (script,) = [p for p in (docker / "files").iterdir() if p.name.startswith("stepwise-eval-")]
     assert script.read_text() == instance.test_spec().eval_script
     assert "SWEBENCH_TEST_EXIT_CODE=$?" in script.read_text()
-    (grading,) = [inner for _, inner in execs if inner[4] == f"bash /tmp/{script.name}; status=$?; rm -f /tmp/{script.name}; exit $status"]
+    (grading,) = [
+        inner
+        for _, inner in execs
+        if inner[4] == f"bash /tmp/{script.name}; status=$?; rm -f /tmp/{script.name}; exit $status"
+    ]
     assert "ulimit -H -S -c 0 -t 600 " in grading[2]  # a test process may use the whole run's CPU
     assert grading[5:7] == ["/testbed", "600"]
     assert verdict.resolved and verdict.status == "RESOLVED_FULL"

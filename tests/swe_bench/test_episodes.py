@@ -39,7 +39,9 @@ def bash(command: str) -> Reply:
 
 SOLVE = [
     call("view", path="semverlite/version.py", start_line=40),
-    call("edit", path="semverlite/version.py", old="return max(versions)", new="return max(versions, key=Version.parse)"),
+    call(
+        "edit", path="semverlite/version.py", old="return max(versions)", new="return max(versions, key=Version.parse)"
+    ),
     call("submit", summary="compare parsed versions"),
     "latest() now compares parsed versions.",
 ]
@@ -190,7 +192,9 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     assert [len(nodes) for nodes in fixed.info["turn_nodes"]] == [3, 3]
 
     advantages = score_group(group, "stepwise")
-    fixed_adv, idle_adv = (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
+    fixed_adv, idle_adv = (
+        (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
+    )
     assert fixed_adv[1] > fixed_adv[0] > max(idle_adv)
 
 

@@ -7,7 +7,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from stepwise_swe_bench.fixtures import materialize
 from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
 from stepwise_swe_bench.instances import SweInstance, load_instances
@@ -82,7 +81,7 @@ def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path):
 
 def test_code_run_by_the_tests_cannot_keep_the_hidden_tests(tmp_path: Path):
     instance, sandbox = workspace(tmp_path, "stepwise__pager-3")
-    sh(sandbox, "printf 'import shutil\\nshutil.copytree(\"tests\", \"stolen\")\\n' > conftest.py")
+    sh(sandbox, 'printf \'import shutil\\nshutil.copytree("tests", "stolen")\\n\' > conftest.py')
     graded(instance, sandbox)
     assert not (sandbox.repo / "stolen").exists()
     assert "test_exact_multiple" not in (sandbox.repo / "tests" / "test_pages.py").read_text()

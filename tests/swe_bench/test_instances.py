@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from stepwise_swe_bench.fixtures import FIXTURES, fixture_instances
 from stepwise_swe_bench.instances import InstanceError, SweInstance, load_instances
 

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, sandbox_identity
 
@@ -51,7 +50,7 @@ def test_host_loopback_server_is_unreachable(sandbox: BwrapSandbox):
             sandbox,
             f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
             f"echo x > /dev/tcp/127.0.0.1/{port}; echo x > /dev/tcp/10.0.0.1/80; "
-            "python -c \"import socket; print(socket.if_nameindex())\"",
+            'python -c "import socket; print(socket.if_nameindex())"',
         )
     assert not accepted
     assert "Connection refused" in result.output
@@ -66,8 +65,7 @@ def test_host_environment_secrets_are_invisible(sandbox: BwrapSandbox, monkeypat
     monkeypatch.setenv("SWE_BENCH_DB_PASSWORD", secret)
     result = run(
         sandbox,
-        f"env; cat /proc/{os.getpid()}/environ; cat /proc/*/environ; ls /proc | head -20; "
-        "ls ~ /root; cat /etc/shadow",
+        f"env; cat /proc/{os.getpid()}/environ; cat /proc/*/environ; ls /proc | head -20; ls ~ /root; cat /etc/shadow",
     )
     assert secret not in result.output
     # A fresh PID namespace: the host's processes (this one included) are not there.
@@ -120,7 +118,7 @@ def test_file_size_and_memory_limits(repo: Path):
     big = run(sandbox, "head -c 5M /dev/zero > big.bin; echo status=$?")
     assert (repo / "big.bin").stat().st_size == 1024 * 1024
     assert "status=153" in big.output  # 128 + SIGXFSZ
-    memory = run(sandbox, "python -c \"b = bytearray(2 * 1024**3)\"")
+    memory = run(sandbox, 'python -c "b = bytearray(2 * 1024**3)"')
     assert memory.exit_code != 0 and "MemoryError" in memory.output
 
 
@@ -207,13 +205,15 @@ def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
         repo = Path(tempfile.mkdtemp(dir="/tmp"))
         os.chmod(repo, 0o755)
         os.chown(repo, NOBODY, NOBODY)
-    script = UNPRIVILEGED_CHILD if os.geteuid() == 0 else UNPRIVILEGED_CHILD.replace(
-        "os.setgroups([])\nos.setresgid(65534, 65534, 65534)\nos.setresuid(65534, 65534, 65534)\n", ""
+    script = (
+        UNPRIVILEGED_CHILD
+        if os.geteuid() == 0
+        else UNPRIVILEGED_CHILD.replace(
+            "os.setgroups([])\nos.setresgid(65534, 65534, 65534)\nos.setresuid(65534, 65534, 65534)\n", ""
+        )
     )
     try:
-        child = subprocess.run(
-            [sys.executable, "-c", script, str(repo)], capture_output=True, text=True, timeout=120
-        )
+        child = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True, timeout=120)
         assert child.returncode == 0, child.stderr
         results = json.loads(child.stdout)
     finally:
@@ -230,9 +230,20 @@ def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
 
 def test_the_sandbox_sees_only_what_is_listed(sandbox: BwrapSandbox):
     etc = run(sandbox, "ls -A /etc").output.split()
-    assert set(etc) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group", "hosts"}
+    assert set(etc) <= {
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "alternatives",
+        "localtime",
+        "passwd",
+        "group",
+        "hosts",
+    }
     assert {"passwd", "group", "hosts"} <= set(etc)
-    names = {line.split("=", 1)[0] for line in run(sandbox, "env -0 | tr '\\0' '\\n'").output.splitlines() if "=" in line}
+    names = {
+        line.split("=", 1)[0] for line in run(sandbox, "env -0 | tr '\\0' '\\n'").output.splitlines() if "=" in line
+    }
     assert names - {"PWD", "OLDPWD", "SHLVL", "_"} == {  # set by bash itself
         "PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "LC_ALL", "TERM", "PAGER", "GIT_PAGER",
         "PYTHONDONTWRITEBYTECODE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
@@ -281,7 +292,9 @@ def test_the_running_interpreter_prefixes_are_known_without_starting_it():
 
     asked = subprocess.run(
         [sys.executable, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     resolved = (Path(raw).resolve() for raw in asked)
     expected = tuple(dict.fromkeys(p for p in resolved if not p.is_relative_to("/usr")))

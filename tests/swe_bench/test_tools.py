@@ -4,7 +4,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over
 from stepwise_swe_bench.state import MAX_RECORDS, Budget, SweBenchState
 from stepwise_swe_bench.tools import ToolError, create_file, edit_file, run_command, view_path

@@ -14,7 +14,7 @@ A trace without ``turn_rewards`` is scored with its trace reward as a final-turn
 (``missing = "final_turn"``: every sampled node is a turn, earlier ones with reward 0), so a
 single-turn env gets exactly prime-rl's GRPO with ``scale = "none"``; ``missing = "error"``
 rejects such traces instead. Errored traces get no advantages and stay out of the baseline
-(see ``verifiers_stepwise.credit``).
+(see ``verifiers_stepwise.traces.credit``).
 
 prime-rl's algorithm set is closed: a pydantic discriminated union ``AlgoConfig`` used by
 ``OrchestratorConfig.algo`` and ``TrainSourceConfig.algo``, and the dict ``ALGORITHM_CLASSES``
@@ -45,10 +45,9 @@ from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
 from prime_rl.orchestrator.algo.base import Algorithm
 from pydantic import BaseModel, Field, model_validator
 
-from verifiers_stepwise.credit import Missing, score_group
-from verifiers_stepwise.estimators import Baseline, Estimator, Scale
+from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.returns import Aggregation
+from verifiers_stepwise.traces.credit import Missing, score_group
 
 __all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 
@@ -65,18 +64,10 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
 
     estimator: str = "stepwise"
     """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
-    gamma: float | None = None
-    """Discount between turns; unset keeps the estimator's default."""
-    aggregation: Aggregation | None = None
-    """"sum" or "max" per-turn returns; unset keeps the estimator's default."""
-    baseline: Baseline | None = None
-    """pooled | per_turn | leave_one_out | trajectory; unset keeps the estimator's default."""
-    scale: Scale | None = None
-    """"none" centres only (prime-rl's GRPO), "std" also divides by the group std."""
-    eps: float | None = None
-    """ε added to the std; unset keeps the estimator's default."""
     options: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    """Further fields of a third-party estimator's config."""
+    """Fields of the estimator's own config (``[orchestrator.algo.options] gamma = 0.9``),
+    validated by it; unset fields keep its defaults. ``scale = "none"`` centres only, as
+    prime-rl's GRPO does."""
     missing: Missing = "final_turn"
     """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
     turn's reward; "error" fails."""

@@ -40,9 +40,9 @@ from tinker_cookbook.rl import data_processing
 from tinker_cookbook.rl import train as tinker_train
 from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
-from verifiers_stepwise.estimators import Baseline, Estimator, Scale
-from verifiers_stepwise.hosts import build_estimator, estimator_from, score_turns
-from verifiers_stepwise.returns import Aggregation
+from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.hosts import estimator_from, score_turns
 
 __all__ = [
     "CLIConfig",
@@ -85,9 +85,7 @@ def assemble_training_data(
     data_D: list[tinker.Datum] = []
     metadata_D: list[dict[str, int]] = []
     for g, (group, advantages_G) in enumerate(zip(groups, advantages_P, strict=True)):
-        for j, (trajectory, per_turn) in enumerate(
-            zip(group.trajectories_G, advantages_G, strict=True)
-        ):
+        for j, (trajectory, per_turn) in enumerate(zip(group.trajectories_G, advantages_G, strict=True)):
             data = _trajectory_to_data(trajectory, per_turn, include_provenance, where=f"group {g}, trajectory {j}")
             data_D.extend(data)
             metadata_D.extend({"group_idx": g, "traj_idx": j} for _ in data)
@@ -128,9 +126,7 @@ def _carries_credit(group: TrajectoryGroup, estimator: Estimator) -> bool:
     return any(a != 0.0 for trajectory in advantages for a in trajectory)
 
 
-def remove_groups_without_credit(
-    groups: list[TrajectoryGroup], *, estimator: Estimator
-) -> list[TrajectoryGroup]:
+def remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Estimator) -> list[TrajectoryGroup]:
     """Replacement for ``remove_constant_reward_groups``: keep groups with a nonzero advantage.
 
     Equal totals do not mean no credit once turns are scored. Like tinker, returns one group
@@ -161,24 +157,22 @@ def use_estimator(estimator: str | Estimator = "stepwise", **options: Any) -> It
 
     Rebinds, in ``tinker_cookbook.rl.train``: ``compute_advantages``,
     ``assemble_training_data``, ``remove_constant_reward_groups`` and
-    ``drop_constant_reward_group``; restores them on exit. Options left None keep the
-    estimator's defaults.
+    ``drop_constant_reward_group``; restores them on exit. Options the estimator's config
+    does not set keep its defaults.
 
     Example:
         with use_estimator("stepwise", gamma=0.9, scale="none"):
             asyncio.run(train.main(config))
     """
     if isinstance(estimator, str):
-        estimator = build_estimator(estimator, **options)
+        estimator = get_estimator(estimator, **options)
     elif options:
         raise TypeError("use_estimator: options configure an estimator name, not an Estimator")
     replacements = {
         "compute_advantages": partial(compute_advantages, estimator=estimator),
         "assemble_training_data": assemble_training_data,
         "remove_constant_reward_groups": partial(remove_groups_without_credit, estimator=estimator),
-        "drop_constant_reward_group": _keep_groups_with_credit(
-            tinker_train.drop_constant_reward_group, estimator
-        ),
+        "drop_constant_reward_group": _keep_groups_with_credit(tinker_train.drop_constant_reward_group, estimator),
     }
     saved = {attribute: getattr(tinker_train, attribute) for attribute in replacements}
     for attribute, value in replacements.items():
@@ -192,20 +186,14 @@ def use_estimator(estimator: str | Estimator = "stepwise", **options: Any) -> It
 
 @chz.chz
 class CLIConfig:
-    """``python -m verifiers_stepwise.hosts.tinker estimator=stepwise gamma=0.9 train.…=…``
+    """``python -m verifiers_stepwise.hosts.tinker estimator=stepwise options.gamma=0.9 train.…=…``
 
-    ``train`` is tinker-cookbook's own ``train.Config``; the estimator fields left unset keep
-    the estimator's defaults, and ``options.<field>=…`` reaches a third-party estimator's own
-    config fields.
+    ``train`` is tinker-cookbook's own ``train.Config``; ``options.<field>=…`` sets a field of
+    the estimator's own config (validated by it), and fields left unset keep its defaults.
     """
 
     train: tinker_train.Config
     estimator: str = "stepwise"
-    gamma: float | None = None
-    aggregation: Aggregation | None = None
-    baseline: Baseline | None = None
-    scale: Scale | None = None
-    eps: float | None = None
     options: dict[str, float | int | str | bool] = chz.field(default_factory=dict)
 
 

@@ -41,10 +41,8 @@ from torchtitan.experiments.rl.observability import metrics as m
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
 from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
-from verifiers_stepwise.estimators import Baseline, Scale
+from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts import estimator_from, score_turns
-from verifiers_stepwise.ragged import RewardError
-from verifiers_stepwise.returns import Aggregation
 
 __all__ = ["StepwiseAdvantage", "StepwiseTrainingSampleBuilder", "TurnAdvantages", "turn_rewards"]
 
@@ -83,10 +81,7 @@ def turn_rewards(rollout: Rollout, key: str) -> list[float]:
             "the rubric must score a group before its advantages are estimated"
         )
     last = len(rollout.turns) - 1
-    rewards = [
-        turn.env_rewards.get(key, rollout.reward if t == last else 0.0)
-        for t, turn in enumerate(rollout.turns)
-    ]
+    rewards = [turn.env_rewards.get(key, rollout.reward if t == last else 0.0) for t, turn in enumerate(rollout.turns)]
     return rewards or [rollout.reward]
 
 
@@ -94,25 +89,17 @@ class StepwiseAdvantage(Configurable):
     """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator.
 
     Example:
-        Rollouter.Config(..., advantage=StepwiseAdvantage.Config(estimator="stepwise", gamma=0.9))
+        Rollouter.Config(..., advantage=StepwiseAdvantage.Config(options={"gamma": 0.9}))
     """
 
     @dataclass(kw_only=True, slots=True)
     class Config(Configurable.Config):
         estimator: str = "stepwise"
         """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
-        gamma: float | None = None
-        """Discount between turns; None keeps the estimator's default."""
-        aggregation: Aggregation | None = None
-        """"sum" or "max" per-turn returns; None keeps the estimator's default."""
-        baseline: Baseline | None = None
-        """pooled | per_turn | leave_one_out | trajectory; None keeps the estimator's default."""
-        scale: Scale | None = None
-        """"std" (GRPO) or "none" (Dr.GRPO, torchtitan's default); None keeps the estimator's."""
-        eps: float | None = None
-        """ε added to the std; None keeps the estimator's default (1e-6, as torchtitan)."""
         options: dict[str, float | int | str | bool] = field(default_factory=dict)
-        """Further fields of a third-party estimator's config."""
+        """Fields of the estimator's own config (``--rollouter.advantage.options gamma 0.9``),
+        validated by it; unset fields keep its defaults. ``scale="none"`` is Dr.GRPO,
+        torchtitan's default; ``"std"`` its ``should_std_normalize=True``."""
         turn_reward_key: str = "turn_reward"
         """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
 
@@ -172,9 +159,7 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
         firsts = [sample.rollout_id.turn_id for sample in samples] + [len(rollout.turns)]
         for sample, first, stop in zip(samples, firsts, firsts[1:]):
             values = [
-                a
-                for t in range(first, stop)
-                for a in repeat(per_turn[t], len(rollout.turns[t].completion_token_ids))
+                a for t in range(first, stop) for a in repeat(per_turn[t], len(rollout.turns[t].completion_token_ids))
             ]
             trained = [i for i, masked_in in enumerate(sample.loss_mask) if masked_in]
             if len(trained) != len(values):
@@ -199,7 +184,5 @@ def _per_turn(rollout: Rollout) -> tuple[float, ...]:
             "verifiers_stepwise.hosts.torchtitan.StepwiseAdvantage.Config(...)"
         )
     if len(advantage.per_turn) != max(len(rollout.turns), 1):
-        raise ValueError(
-            f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns"
-        )
+        raise ValueError(f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns")
     return advantage.per_turn

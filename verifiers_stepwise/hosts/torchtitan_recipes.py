@@ -86,7 +86,7 @@ class StepwiseDapoMathRollouter(DapoMathRollouter):
         )
         # Dr.GRPO centring, as torchtitan's DAPO-Math recipe uses (should_std_normalize=False).
         advantage: StepwiseAdvantage.Config = field(
-            default_factory=lambda: StepwiseAdvantage.Config(scale="none")
+            default_factory=lambda: StepwiseAdvantage.Config(options={"scale": "none"})
         )
 
 
@@ -109,12 +109,8 @@ def with_stepwise_attempts(
             message_env=StepwiseDapoMathEnv.Config(max_attempts=max_attempts),
             token_env=replace(rollouter.token_env, max_num_turns=max_attempts),
         ),
-        async_loop=replace(
-            config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()
-        ),
-        generator=replace(
-            generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)
-        ),
+        async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
+        generator=replace(generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)),
     )
 
 

@@ -331,8 +331,10 @@ class ModelServer:
                 for i, tc in enumerate(reply.tool_calls)
             ]
         prompt_tokens = sum(_words(_text(m.get("content"))) for m in call.messages)
-        completion_tokens = _words(content or "") + _words(reply.reasoning or "") + sum(
-            _words(tc["function"]["arguments"]) for tc in message.get("tool_calls", [])
+        completion_tokens = (
+            _words(content or "")
+            + _words(reply.reasoning or "")
+            + sum(_words(tc["function"]["arguments"]) for tc in message.get("tool_calls", []))
         )
         return {
             "id": f"chatcmpl-{call.index}-{time.monotonic_ns()}",
@@ -367,12 +369,24 @@ def _chunks(completion: dict, include_usage: bool) -> list[dict]:
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call["function"]
         chunks.append(
-            chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                   "function": {"name": function["name"], "arguments": ""}}]})
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": function["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
         )
         arguments = function["arguments"]
         for start in range(0, len(arguments), 16):
-            chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments[start : start + 16]}}]}))
+            chunks.append(
+                chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments[start : start + 16]}}]})
+            )
     chunks.append(chunk({}, choice["finish_reason"]))
     if include_usage:
         chunks.append(head | {"choices": [], "usage": completion["usage"]})
@@ -411,7 +425,9 @@ def spawned(reply: str) -> Iterator[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="A local OpenAI-compatible server answering every call with one reply.")
+    parser = argparse.ArgumentParser(
+        description="A local OpenAI-compatible server answering every call with one reply."
+    )
     parser.add_argument("--reply", default="ok", help="the text of every reply")
     args = parser.parse_args(argv)
     with ModelServer(lambda call: args.reply) as server:

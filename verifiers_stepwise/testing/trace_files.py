@@ -3,7 +3,7 @@
 For tests, benchmarks and demos of ``vf-stepwise``: each trace is grown turn by turn with
 :class:`~verifiers_stepwise.testing.traces.TraceBuilder` (verifiers' own turn-commit path, with
 or without token ids, i.e. as a train or an eval client records it), each turn recorded with
-:func:`~verifiers_stepwise.turns.append_turn`, and files are written with
+:func:`~verifiers_stepwise.traces.turns.append_turn`, and files are written with
 ``Episode.to_record()``, one JSON object a line, so they read back with
 ``vf.WireEpisode.model_validate_json`` like the files ``vf-eval`` writes. Checked against
 verifiers 0.4.0.
@@ -56,7 +56,7 @@ def make_episode(
     from verifiers.v1.task import task_key
 
     from verifiers_stepwise.testing.traces import TraceBuilder
-    from verifiers_stepwise.turns import append_turn
+    from verifiers_stepwise.traces.turns import append_turn
 
     builder = TraceBuilder(prompt=f"Solve task {task}.", tokens=tokens)
     for t, reward in enumerate(turn_rewards):
@@ -150,10 +150,7 @@ def write_large_traces(
             task = interleave * block + position % interleave
             n_turns = rng.randint(1, max_turns)
             skill = rng.random()
-            rewards = [
-                min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4)
-                for t in range(n_turns)
-            ]
+            rewards = [min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4) for t in range(n_turns)]
             line = (
                 templates[n_turns - 1]
                 .replace(_SLOTS["episode"], f"ep{episodes:010d}")

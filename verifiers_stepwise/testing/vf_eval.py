@@ -44,12 +44,16 @@ def run_vf_eval(
     command = [
         str(Path(sys.executable).with_name("vf-eval")),
         *args,
-        "-m", model,
-        "--client.base-url", base_url,
-        "--client.api-key-var", API_KEY_VAR,
+        "-m",
+        model,
+        "--client.base-url",
+        base_url,
+        "--client.api-key-var",
+        API_KEY_VAR,
         "--no-push",
         "--no-rich",
-        "-o", str(output_dir),
+        "-o",
+        str(output_dir),
     ]
     variables = {
         **os.environ,

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
@@ -183,9 +183,7 @@ def _canonical(sign: str, digits: str) -> str:
     return ("-" if sign == "-" and digits != "0" else "") + digits
 
 
-def check_answer(
-    response: str, ground_truth: str, *, boxed_fallback: bool = True
-) -> AnswerCheck:
+def check_answer(response: str, ground_truth: str, *, boxed_fallback: bool = True) -> AnswerCheck:
     """Extract, normalize and compare one response with an integer ground truth.
 
     ``ground_truth`` may be given in any form :func:`normalize_integer` accepts; one that is not

@@ -32,8 +32,7 @@ class OverlongConfig(vf.BaseConfig):
     def _cache_within_max(self) -> OverlongConfig:
         if self.cache_tokens > self.max_tokens:
             raise ValueError(
-                f"overlong.cache_tokens ({self.cache_tokens}) must not exceed "
-                f"overlong.max_tokens ({self.max_tokens})"
+                f"overlong.cache_tokens ({self.cache_tokens}) must not exceed overlong.max_tokens ({self.max_tokens})"
             )
         return self
 

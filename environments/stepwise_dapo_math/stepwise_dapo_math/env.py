@@ -9,7 +9,7 @@ again, up to ``max_turns`` turns.
 * ``max_turns = 1`` (the default) is standard DAPO: one response, reward ±1 (plus the
   overlong term when enabled), one turn reward equal to the trace reward.
 * ``max_turns = k > 1`` is the refine mode: turn rewards r_1..r_T (T ≤ k), each turn's own
-  correctness, for the stepwise estimator (``verifiers_stepwise.credit.score_group``).
+  correctness, for the stepwise estimator (``verifiers_stepwise.traces.credit.score_group``).
 
 The trace-level rewards (``correct``, ``overlong_penalty``) score the last reply, so a trace's
 reward says whether the episode ended solved. ``trace.info["dapo_turns"]`` keeps, per turn, the
@@ -23,7 +23,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask
-from verifiers_stepwise.env import (
+from verifiers_stepwise.envs.env import (
     StepwiseMultiTurnEnv,
     StepwiseMultiTurnEnvConfig,
     Turn,
@@ -33,7 +33,7 @@ from verifiers_stepwise.env import (
 __all__ = ["DapoMathEnv", "DapoMathEnvConfig"]
 
 WRONG = (
-    'Your answer is incorrect. Try again: solve the problem step by step and put your final '
+    "Your answer is incorrect. Try again: solve the problem step by step and put your final "
     'answer on its own line after "Answer:".'
 )
 MISSING = 'I could not find a final answer. Put your final answer on its own line after "Answer:".'

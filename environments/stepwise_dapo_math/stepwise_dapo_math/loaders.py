@@ -106,8 +106,7 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
             )
             rows, origin, file_split = read_file(BUNDLED_PATH), BUNDLED, None
     problems = (
-        to_problem(row, number, origin, config.problem_key, config.answer_key)
-        for number, row in enumerate(rows)
+        to_problem(row, number, origin, config.problem_key, config.answer_key) for number, row in enumerate(rows)
     )
     return select(
         problems,
@@ -177,10 +176,7 @@ def read_file(path: Path) -> Iterator[Mapping[str, Any]]:
             raise DatasetError(f"{path}: a .json dataset must be a list of objects")
         yield from rows
     else:
-        raise DatasetError(
-            f"dataset file {str(path)!r}: unsupported format {suffix!r} "
-            "(use .jsonl, .json or .parquet)"
-        )
+        raise DatasetError(f"dataset file {str(path)!r}: unsupported format {suffix!r} (use .jsonl, .json or .parquet)")
 
 
 def hub_rows(repo: str, subset: str | None, split: str) -> Iterator[dict[str, Any]]:
@@ -244,9 +240,7 @@ def _prompt_text(prompt: Any, where: str) -> tuple[str, str | None]:
         systems = [m.get("content") for m in prompt if m.get("role") == "system"]
         if len(users) == 1 and isinstance(users[0], str):
             return users[0], systems[0] if systems else None
-    raise DatasetError(
-        f"{where}: 'prompt' must be text or chat messages with exactly one user message"
-    )
+    raise DatasetError(f"{where}: 'prompt' must be text or chat messages with exactly one user message")
 
 
 def _answer_text(answer: Any) -> str:

@@ -21,9 +21,7 @@ def overlong_penalty(length: int, max_tokens: int, cache_tokens: int) -> float:
     if length < 0:
         raise ValueError(f"response length must be >= 0, got {length}")
     if not 0 <= cache_tokens <= max_tokens:
-        raise ValueError(
-            f"need 0 <= cache_tokens <= max_tokens, got {cache_tokens} and {max_tokens}"
-        )
+        raise ValueError(f"need 0 <= cache_tokens <= max_tokens, got {cache_tokens} and {max_tokens}")
     start = max_tokens - cache_tokens
     if length <= start:
         return 0.0

@@ -115,9 +115,7 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
                     f"task {self.key}: overlong shaping needs the response's token count, "
                     "but the trace has neither sampled tokens nor provider usage for it"
                 )
-            overlong = overlong_penalty(
-                length, config.overlong.max_tokens, config.overlong.cache_tokens
-            )
+            overlong = overlong_penalty(length, config.overlong.max_tokens, config.overlong.cache_tokens)
         timed_out, error = False, None
         if config.verifier == "integer":
             check = check_against(reply, self._gold, boxed_fallback=config.boxed_fallback)

@@ -73,9 +73,7 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
                 f"instance {instance.instance_id!r}: {runtime.config.image!r} has no git checkout "
                 f"of {instance.base_commit} at {sandbox.workdir} ({head.output.strip()[-300:]})"
             )
-        ref = BoxRef(
-            kind=runtime.type, repo=sandbox.workdir, container=runtime.info.id, limits=limits
-        )
+        ref = BoxRef(kind=runtime.type, repo=sandbox.workdir, container=runtime.info.id, limits=limits)
         return ref, sandbox
     raise UnsupportedRuntime(
         f"the {runtime.type!r} runtime cannot host the SWE-bench tools: use subprocess (bundled "
@@ -92,9 +90,7 @@ async def open_sandbox(ref: BoxRef) -> AsyncIterator[Sandbox]:
         return
     from verifiers.v1.runtimes import DockerConfig, DockerRuntime, PodmanConfig, PodmanRuntime
 
-    runtime_cls, config = (
-        (DockerRuntime, DockerConfig()) if ref.kind == "docker" else (PodmanRuntime, PodmanConfig())
-    )
+    runtime_cls, config = (DockerRuntime, DockerConfig()) if ref.kind == "docker" else (PodmanRuntime, PodmanConfig())
     assert ref.container is not None
     async with runtime_cls.attach(config, ref.container) as runtime:
         yield RuntimeSandbox(runtime, ref.limits, workdir=ref.repo)

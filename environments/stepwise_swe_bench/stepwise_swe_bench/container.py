@@ -25,10 +25,7 @@ __all__ = ["RuntimeSandbox"]
 
 _STATUS = "__stepwise_swe_bench_status"
 # $1 = command, $2 = workdir, $3 = timeout (s), $4 = bytes read before the command is cut off.
-_RUN = (
-    'timeout -k 5 "$3" /bin/bash -c "$1" 2>&1 | head -c "$4"; '
-    f'echo "{_STATUS} ${{PIPESTATUS[0]}}" >&2'
-)
+_RUN = f'timeout -k 5 "$3" /bin/bash -c "$1" 2>&1 | head -c "$4"; echo "{_STATUS} ${{PIPESTATUS[0]}}" >&2'
 
 
 class RuntimeSandbox:
@@ -39,9 +36,7 @@ class RuntimeSandbox:
         self.limits = limits or SandboxLimits()
         self.workdir = workdir
 
-    def argv(
-        self, command: str, timeout_s: float, read_bytes: int, limits: SandboxLimits | None = None
-    ) -> list[str]:
+    def argv(self, command: str, timeout_s: float, read_bytes: int, limits: SandboxLimits | None = None) -> list[str]:
         """What ``Runtime.run`` executes in the container for ``command``."""
         wrapper = f"{shell_prelude(limits or self.limits)}; {_RUN}"
         return [
@@ -68,9 +63,7 @@ class RuntimeSandbox:
         start = time.monotonic()
         result = await self.runtime.run(self.argv(command, timeout_s, kill + 1, limits), {})
         duration = time.monotonic() - start
-        status_lines = [
-            line for line in result.stderr.splitlines() if line.startswith(f"{_STATUS} ")
-        ]
+        status_lines = [line for line in result.stderr.splitlines() if line.startswith(f"{_STATUS} ")]
         exit_code = int(status_lines[-1].split()[1]) if status_lines else result.exit_code
         data = result.stdout.encode()
         buffer = OutputBuffer(kept_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from pydantic import Field
 
-from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 
 from .grading import RewardMode, feedback, grade, model_patch, round_reward
 from .taskset import SWE_INFO, SweBenchTask

@@ -58,9 +58,7 @@ def fixture_instances(instance_ids: Sequence[str] | None = None) -> list[dict]:
 
 def _git(repo: Path, *args: str) -> str:
     env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(
-        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise FixtureError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}")
     return done.stdout.strip()

@@ -84,16 +84,12 @@ async def model_patch(sandbox: Sandbox, base_commit: str, max_bytes: int = 200_0
     return result.output[:max_bytes] if result.exit_code == 0 else ""
 
 
-async def grade(
-    instance: SweInstance, sandbox: Sandbox, *, timeout_s: float, kept_log_bytes: int
-) -> RoundGrade:
+async def grade(instance: SweInstance, sandbox: Sandbox, *, timeout_s: float, kept_log_bytes: int) -> RoundGrade:
     """Run the hidden tests against the repository's current state and grade them."""
     from swebench.harness.grading import get_eval_report, get_resolution_status
 
     spec = instance.test_spec()
-    result: CommandResult = await sandbox.evaluate(
-        spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes
-    )
+    result: CommandResult = await sandbox.evaluate(spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
     run = result.record(max_chars=1000)
     test_output = _test_section(result.output)
     unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, run=run)
@@ -134,9 +130,7 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
         )
     else:
         f2p_total = len(grade.fail_to_pass["success"]) + len(grade.fail_to_pass["failure"])
-        lines.append(
-            f"Tests that must start passing: {len(grade.fail_to_pass['success'])}/{f2p_total} pass."
-        )
+        lines.append(f"Tests that must start passing: {len(grade.fail_to_pass['success'])}/{f2p_total} pass.")
         if grade.fail_to_pass["failure"]:
             lines.append("Still failing:\n" + "\n".join(f"- {t}" for t in grade.fail_to_pass["failure"]))
         if grade.pass_to_pass["failure"]:

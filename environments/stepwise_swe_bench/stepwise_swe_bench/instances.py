@@ -78,9 +78,7 @@ class SweInstance(BaseModel):
         if isinstance(value, str):
             value = json.loads(value) if value else {}
         if value:
-            raise ValueError(
-                "binary test assets (SWE-bench Multimodal) are not supported by this environment"
-            )
+            raise ValueError("binary test assets (SWE-bench Multimodal) are not supported by this environment")
         return value or {}
 
     @classmethod
@@ -90,9 +88,7 @@ class SweInstance(BaseModel):
             return cls.model_validate(dict(row))
         except ValidationError as error:
             name = row.get("instance_id", "<no instance_id>")
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'row'}: {e['msg']}" for e in error.errors()
-            )
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'row'}: {e['msg']}" for e in error.errors())
             hint = ""
             if any(e["type"] == "missing" for e in error.errors()):
                 hint = (
@@ -131,8 +127,7 @@ def load_instances(
             raise InstanceError(f"{name} (split {split!r}): {error}") from None
         except Exception as error:  # datasets/hub errors vary by version
             raise InstanceError(
-                f"could not load SWE-bench instances from {name!r} (split {split!r}): "
-                f"{type(error).__name__}: {error}"
+                f"could not load SWE-bench instances from {name!r} (split {split!r}): {type(error).__name__}: {error}"
             ) from error
         rows = [_with_image(row) for row in rows]
     return [SweInstance.from_row(row, f"{source} ({split})") for row in rows]

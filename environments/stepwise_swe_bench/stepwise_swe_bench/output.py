@@ -48,10 +48,7 @@ class OutputBuffer:
         head = bytes(self._head).decode(errors="replace")
         if not self.dropped:
             return (bytes(self._head) + tail).decode(errors="replace")
-        return (
-            f"{head}\n[... {self.dropped} bytes of output omitted ...]\n"
-            f"{tail.decode(errors='replace')}"
-        )
+        return f"{head}\n[... {self.dropped} bytes of output omitted ...]\n{tail.decode(errors='replace')}"
 
     def result(self, command: str, exit_code: int, termination: Termination, duration_s: float) -> CommandResult:
         """The record of the command whose output this buffer holds."""

@@ -69,9 +69,7 @@ UID_BASE = 1 << 20
 UID_BASE): unprivileged ids no account on the host uses, one per repository."""
 USERNS_ID = 1000
 """uid/gid inside the user namespace of an ordinary user's sandbox."""
-_INSTALL_HINT = (
-    "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
-)
+_INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
 # Loader and timezone files most programs need; nothing else of /etc is visible.
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -165,9 +163,7 @@ def _bwrap() -> tuple[str, frozenset[str]]:
             "runtime (--env.agent.runtime.type docker)"
         )
     usage = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
-    options = frozenset(
-        word for word in (usage.stdout + usage.stderr).split() if word.startswith("--")
-    )
+    options = frozenset(word for word in (usage.stdout + usage.stderr).split() if word.startswith("--"))
     return binary, options
 
 
@@ -277,10 +273,7 @@ class BwrapSandbox:
     def _identity_files(self) -> dict[str, bytes]:
         uid = self.uid
         return {
-            "/etc/passwd": (
-                "root:x:0:0:root:/root:/bin/bash\n"
-                f"agent:x:{uid}:{uid}:agent:/tmp:/bin/bash\n"
-            ).encode(),
+            "/etc/passwd": (f"root:x:0:0:root:/root:/bin/bash\nagent:x:{uid}:{uid}:agent:/tmp:/bin/bash\n").encode(),
             "/etc/group": f"root:x:0:\nagent:x:{uid}:\n".encode(),
             "/etc/hosts": b"127.0.0.1 localhost sandbox\n::1 localhost\n",
         }
@@ -344,9 +337,7 @@ class BwrapSandbox:
         if key in _WORKING:
             return
         with self.command("true", [], chdir="/") as cmd:
-            probe = subprocess.run(
-                cmd.argv, capture_output=True, text=True, check=False, pass_fds=cmd.fds, env={}
-            )
+            probe = subprocess.run(cmd.argv, capture_output=True, text=True, check=False, pass_fds=cmd.fds, env={})
         if probe.returncode != 0:
             raise SandboxUnavailable(
                 "bubblewrap is installed but cannot create a sandbox here "
@@ -390,9 +381,7 @@ class BwrapSandbox:
         kept_bytes: int | None = None,
     ) -> CommandResult:
         binds = [Bind(self.repo, WORKDIR, writable=True)]
-        return await self._run(
-            command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes
-        )
+        return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes)
 
     async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
         """Grade a throwaway copy of the repository. The copy is made inside a sandbox (the

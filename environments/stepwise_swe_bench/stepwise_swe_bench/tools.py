@@ -82,9 +82,7 @@ def _snippet(text: str, around: int) -> str:
     return "\n".join(f"{n + 1:6}  {lines[n]}" for n in range(first, last))
 
 
-async def edit_file(
-    sandbox: Sandbox, path: str, old: str, new: str, max_chars: int
-) -> tuple[str, CommandResult]:
+async def edit_file(sandbox: Sandbox, path: str, old: str, new: str, max_chars: int) -> tuple[str, CommandResult]:
     """Replace the one occurrence of ``old`` in the file with ``new``."""
     if not old:
         raise ToolError("`old` must not be empty; use `create` to write a whole file")
@@ -102,9 +100,7 @@ async def edit_file(
     return _cap(f"Edited {path}:\n{_snippet(edited, at)}", max_chars), result
 
 
-async def create_file(
-    sandbox: Sandbox, path: str, content: str, max_chars: int
-) -> tuple[str, CommandResult]:
+async def create_file(sandbox: Sandbox, path: str, content: str, max_chars: int) -> tuple[str, CommandResult]:
     """Write ``content`` to ``path`` (creating parent directories), replacing any file there."""
     result = await _write(sandbox, path, content.encode())
     return _cap(f"Wrote {len(content.encode())} bytes to {path}.", max_chars), result

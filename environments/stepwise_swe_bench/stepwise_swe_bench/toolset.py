@@ -73,9 +73,7 @@ class SweToolset(vf.Toolset[vf.ToolsetConfig, SweBenchState]):
     async def view(self, path: str, start_line: int = 1, end_line: int | None = None) -> str:
         """Show a file's lines with line numbers (optionally only start_line..end_line), or a
         directory's entries two levels deep. Paths are relative to /testbed or absolute."""
-        return await self._call(
-            "view", path, lambda sb, cap: view_path(sb, path, start_line, end_line, cap)
-        )
+        return await self._call("view", path, lambda sb, cap: view_path(sb, path, start_line, end_line, cap))
 
     @vf.tool
     async def edit(self, path: str, old: str, new: str) -> str:

@@ -228,9 +228,7 @@ def _required_turns(trace: Trace) -> TraceTurns:
 
 def _check_count(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
     if len(advantages) != len(turns.nodes):
-        raise TurnSchemaError(
-            f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns"
-        )
+        raise TurnSchemaError(f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns")
 
 
 def _path(trace: Trace, node: int) -> list[int]:
@@ -246,15 +244,11 @@ def _path(trace: Trace, node: int) -> list[int]:
 
 def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
     if not isinstance(raw, (list, tuple)):
-        raise TurnSchemaError(
-            f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}"
-        )
+        raise TurnSchemaError(f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}")
     rewards = []
     for t, r in enumerate(raw, start=first):
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
-            raise TurnSchemaError(
-                f"trace {trace.id}: turn {t} reward {r!r} is not a finite number"
-            )
+            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {r!r} is not a finite number")
         rewards.append(float(r))
     return rewards
 
@@ -262,27 +256,22 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
 def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
     if not isinstance(raw, (list, tuple)):
         raise TurnSchemaError(
-            f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, "
-            f"got {type(raw).__name__}"
+            f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, got {type(raw).__name__}"
         )
     if len(raw) != n_turns:
-        raise TurnSchemaError(
-            f"trace {trace.id}: {n_turns} {TURN_REWARDS} but {len(raw)} {TURN_NODES} entries"
-        )
+        raise TurnSchemaError(f"trace {trace.id}: {n_turns} {TURN_REWARDS} but {len(raw)} {TURN_NODES} entries")
     nodes: list[list[int]] = []
     previous = -1
     sampled_set = set(sampled)
     for t, turn in enumerate(raw):
         if not isinstance(turn, (list, tuple)) or not turn:
             raise TurnSchemaError(
-                f"trace {trace.id}: {TURN_NODES}[{t}] must be a non-empty list of node "
-                f"indices, got {turn!r}"
+                f"trace {trace.id}: {TURN_NODES}[{t}] must be a non-empty list of node indices, got {turn!r}"
             )
         for i in turn:
             if isinstance(i, bool) or not isinstance(i, int) or i not in sampled_set:
                 raise TurnSchemaError(
-                    f"trace {trace.id}: {TURN_NODES}[{t}] lists {i!r}, which is not a sampled "
-                    f"node of the trace"
+                    f"trace {trace.id}: {TURN_NODES}[{t}] lists {i!r}, which is not a sampled node of the trace"
                 )
         if min(turn) <= previous:
             raise TurnSchemaError(
@@ -296,7 +285,6 @@ def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> lis
         missing = sorted(set(sampled) - set(listed))
         raise TurnSchemaError(
             f"trace {trace.id}: turn_nodes must list every sampled node exactly once; "
-            f"sampled nodes {sampled}, listed {listed}"
-            + (f" (missing {missing})" if missing else "")
+            f"sampled nodes {sampled}, listed {listed}" + (f" (missing {missing})" if missing else "")
         )
     return nodes

@@ -19,7 +19,7 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from pydantic import Field
 
-from verifiers_stepwise.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 
 __all__ = ["RefineConfig", "RefineEnv", "score_so_far"]
 
@@ -28,8 +28,7 @@ class RefineConfig(StepwiseMultiTurnEnvConfig):
     threshold: float = 1.0
     """A turn whose score reaches this solves the task and ends the episode (``inf``: never)."""
     feedback: str = Field(
-        "Your answer scored {score:.2f}; {threshold:.2f} counts as solved. "
-        "Check your work and give an improved answer."
+        "Your answer scored {score:.2f}; {threshold:.2f} counts as solved. Check your work and give an improved answer."
     )
     """The user message after an unsolved turn; ``{score}``, ``{threshold}``, ``{turn}`` (1-based)
     and ``{turns_left}`` are filled in."""

@@ -9,7 +9,7 @@ Verifiers 0.4.0 has no ``MultiTurnEnv``; a multi-turn env writes ``Env.run`` aro
          or max_turns turns were taken
 
 and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn_nodes"]``
-(``verifiers_stepwise.turns``), turn by turn, so a fault keeps the turns already earned.
+(``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned.
 Subclasses write only ``env_response``.
 
 The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
@@ -30,8 +30,8 @@ import verifiers.v1 as vf
 from pydantic import Field, model_validator
 from verifiers.v1.configs.agent import agent_config_fields
 
-from verifiers_stepwise.harness import HARNESS_ID
-from verifiers_stepwise.turns import append_turn
+from verifiers_stepwise.envs.harness import HARNESS_ID
+from verifiers_stepwise.traces.turns import append_turn
 
 __all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
 

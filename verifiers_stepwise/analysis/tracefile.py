@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.turns import TurnSchemaError, read_turns
+from verifiers_stepwise.traces.turns import TurnSchemaError, read_turns
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from verifiers_stepwise.ragged import RaggedBatch
+    from verifiers_stepwise.estimators.ragged import RaggedBatch
 
 __all__ = [
     "BadInput",
@@ -158,7 +158,7 @@ class Collected:
         """The trajectories reordered group by group (read order inside a group)."""
         import numpy as np
 
-        from verifiers_stepwise.ragged import RaggedBatch
+        from verifiers_stepwise.estimators.ragged import RaggedBatch
 
         lengths = np.frombuffer(self.lengths, dtype=np.int64)
         group = np.frombuffer(self.group, dtype=np.int64)
@@ -209,7 +209,7 @@ def collect(
 
 class _Reader:
     def __init__(self, skip_bad: bool) -> None:
-        from verifiers_stepwise.credit import exclusion_reason  # loads numpy (estimators)
+        from verifiers_stepwise.traces.credit import exclusion_reason  # loads numpy (estimators)
 
         self.exclusion_reason = exclusion_reason
         self.skip_bad = skip_bad

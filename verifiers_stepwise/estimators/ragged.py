@@ -7,8 +7,8 @@ Layout (all numpy, no Python objects per turn):
     lengths      (n_traj,)   int64     turns per trajectory, each >= 1
     group_sizes  (n_groups,) int64     trajectories per group, each >= 1
 
-Index arrays derived from the lengths (turn position, group of a trajectory) are
-computed once, on first use, and are pure functions of the three arrays above.
+Index arrays derived from the lengths (turn position, group of a turn, ...) are computed once,
+on first use, and are pure functions of the three arrays above.
 """
 
 from __future__ import annotations
@@ -39,19 +39,20 @@ class RaggedBatch:
         group_sizes = np.ascontiguousarray(self.group_sizes, dtype=np.int64)
         if rewards.ndim != 1 or lengths.ndim != 1 or group_sizes.ndim != 1:
             raise RewardError("rewards, lengths and group_sizes must be one-dimensional arrays")
-        from verifiers_stepwise import kernels  # numba: compiled on first use
-
-        problem, at = kernels.batch_problem(rewards, lengths, group_sizes)
-        if problem == kernels.EMPTY_TRAJECTORY:
-            g, j = self._locate_trajectory(group_sizes, at)
+        if lengths.size and lengths.min() < 1:
+            g, j = self._locate_trajectory(group_sizes, int(np.argmin(lengths >= 1)))
             raise RewardError(f"group {g}, trajectory {j}: a trajectory needs at least one turn")
-        if problem == kernels.EMPTY_GROUP:
-            raise RewardError(f"group {at}: a group needs at least one trajectory")
-        if problem == kernels.TRAJECTORY_COUNT:
-            raise RewardError(f"group_sizes sum to {at} trajectories but lengths describe {lengths.size}")
-        if problem == kernels.TURN_COUNT:
-            raise RewardError(f"lengths sum to {at} turns but rewards hold {rewards.size}")
-        if problem == kernels.NOT_FINITE:
+        if group_sizes.size and group_sizes.min() < 1:
+            raise RewardError(f"group {int(np.argmin(group_sizes >= 1))}: a group needs at least one trajectory")
+        if group_sizes.sum() != lengths.size:
+            raise RewardError(
+                f"group_sizes sum to {group_sizes.sum()} trajectories but lengths describe {lengths.size}"
+            )
+        if lengths.sum() != rewards.size:
+            raise RewardError(f"lengths sum to {lengths.sum()} turns but rewards hold {rewards.size}")
+        finite = np.isfinite(rewards)
+        if not finite.all():
+            at = int(np.argmin(finite))
             g, j, t = self.locate(at, lengths, group_sizes)
             raise RewardError(f"group {g}, trajectory {j}, turn {t}: reward {float(rewards[at])!r} is not finite")
         object.__setattr__(self, "rewards", rewards)
@@ -97,15 +98,15 @@ class RaggedBatch:
 
     @property
     def n_turns(self) -> int:
-        return self.rewards.size
+        return int(self.rewards.size)
 
     @property
     def n_trajectories(self) -> int:
-        return self.lengths.size
+        return int(self.lengths.size)
 
     @property
     def n_groups(self) -> int:
-        return self.group_sizes.size
+        return int(self.group_sizes.size)
 
     # -- derived index arrays ---------------------------------------------------------------
 
@@ -115,9 +116,19 @@ class RaggedBatch:
         return np.cumsum(self.lengths)
 
     @cached_property
+    def trajectory_starts(self) -> np.ndarray:
+        """(n_traj,) flat index of each trajectory's first turn."""
+        return self.trajectory_ends - self.lengths
+
+    @cached_property
     def turn_index(self) -> np.ndarray:
         """(n_turns,) position t of each turn inside its trajectory, from 0."""
-        return np.arange(self.n_turns) - np.repeat(self.trajectory_ends - self.lengths, self.lengths)
+        return np.arange(self.n_turns) - np.repeat(self.trajectory_starts, self.lengths)
+
+    @cached_property
+    def steps_left(self) -> np.ndarray:
+        """(n_turns,) T − 1 − t: how many turns follow each turn in its trajectory."""
+        return np.repeat(self.lengths - 1, self.lengths) - self.turn_index
 
     @cached_property
     def group_turns(self) -> np.ndarray:
@@ -139,6 +150,11 @@ class RaggedBatch:
         """(n_traj,) group index of each trajectory."""
         return np.repeat(np.arange(self.n_groups), self.group_sizes)
 
+    @cached_property
+    def group_of_turn(self) -> np.ndarray:
+        """(n_turns,) group index of each turn."""
+        return np.repeat(np.arange(self.n_groups), self.group_turns)
+
     # -- locating a flat index --------------------------------------------------------------
 
     @staticmethod
@@ -148,12 +164,14 @@ class RaggedBatch:
         return g, trajectory - int(group_ends[g] - group_sizes[g])
 
     @classmethod
-    def locate(
-        cls, turn: int, lengths: np.ndarray, group_sizes: np.ndarray
-    ) -> tuple[int, int, int]:
+    def locate(cls, turn: int, lengths: np.ndarray, group_sizes: np.ndarray) -> tuple[int, int, int]:
         """(group, trajectory within group, turn within trajectory) of flat index ``turn``."""
         ends = np.cumsum(lengths)
         trajectory = int(np.searchsorted(ends, turn, side="right"))
         g, j = cls._locate_trajectory(group_sizes, trajectory)
         return g, j, turn - int(ends[trajectory] - lengths[trajectory])
 
+    def where(self, turn: int) -> str:
+        """``group g, trajectory j, turn t`` of flat index ``turn``, for error messages."""
+        g, j, t = self.locate(turn, self.lengths, self.group_sizes)
+        return f"group {g}, trajectory {j}, turn {t}"

@@ -71,8 +71,4 @@ def add_config_flags(group: Any, config: type[BaseModel]) -> None:
 
 def config_values(namespace: argparse.Namespace) -> dict[str, Any]:
     """The config fields given on the command line, by field name."""
-    return {
-        dest[len(_PREFIX):]: value
-        for dest, value in vars(namespace).items()
-        if dest.startswith(_PREFIX)
-    }
+    return {dest[len(_PREFIX) :]: value for dest, value in vars(namespace).items() if dest.startswith(_PREFIX)}

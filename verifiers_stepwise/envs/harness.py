@@ -189,9 +189,7 @@ class ChatSession(vf.HarnessSession):
 
     async def _open(self) -> None:
         self._http = await self._stack.enter_async_context(
-            httpx.AsyncClient(
-                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context()
-            )
+            httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context())
         )
         if self.mcp_urls:
             headers = self.config.resolve_mcp_headers(self.mcp_urls)
@@ -211,7 +209,9 @@ class ChatSession(vf.HarnessSession):
         current branch (earlier reasoning removed under ``exclude_think``) plus ``messages``."""
         system, prompt = self.harness.resolve_prompt(self.data)
         if messages is None:
-            context: list[vf.Message] = [vf.UserMessage(content=prompt)] if isinstance(prompt, str) else list(prompt or [])
+            context: list[vf.Message] = (
+                [vf.UserMessage(content=prompt)] if isinstance(prompt, str) else list(prompt or [])
+            )
             if system:
                 context.insert(0, vf.SystemMessage(content=system))
         else:
@@ -259,7 +259,9 @@ class ChatSession(vf.HarnessSession):
 
     async def _streamed(self, body: dict, headers: dict[str, str]) -> vf.Response:
         parser = _DIALECT.stream_parser()
-        async with self._http.stream("POST", f"{self.endpoint}/chat/completions", json=body, headers=headers) as response:
+        async with self._http.stream(
+            "POST", f"{self.endpoint}/chat/completions", json=body, headers=headers
+        ) as response:
             if response.status_code >= 400:
                 raise ModelCallError(_error_text(await response.aread()), response.status_code)
             event: list[str] = []
@@ -277,8 +279,10 @@ class ChatSession(vf.HarnessSession):
         the MCP server's result (or an error text the model can act on)."""
         try:
             arguments: Any = json.loads(call.arguments or "{}")
-            problem = None if isinstance(arguments, dict) else (
-                f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
+            problem = (
+                None
+                if isinstance(arguments, dict)
+                else (f"error: tool arguments must be a JSON object, got {type(arguments).__name__}")
             )
         except json.JSONDecodeError as error:
             arguments = call.arguments

@@ -21,9 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from verifiers_stepwise.analysis import Credit, turn_stats
+from verifiers_stepwise.analysis.stats import Credit, turn_stats
+from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Grouped
 from verifiers_stepwise.estimators import zero_advantage_groups
-from verifiers_stepwise.tracefile import PROBLEMS, Collected, Grouped
 
 __all__ = ["number", "render", "summary", "write_turn_rows"]
 
@@ -100,9 +100,7 @@ def render(console: Any, report: dict[str, Any]) -> None:
     if counts["not_trainable"]:
         excluded.append(f"{counts['not_trainable']:,} traces of untrainable agents")
     if counts["errored"]:
-        excluded.append(
-            f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)"
-        )
+        excluded.append(f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)")
     if excluded:
         console.print("  " + "; ".join(excluded))
     skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report["skipped"].items() if n]
@@ -122,8 +120,17 @@ def render(console: Any, report: dict[str, Any]) -> None:
             f" {entry['zero_advantage_groups']:,} groups with all advantages 0",
             title_justify="left",
         )
-        for name in ("turn", "count", *(("tokens",) if tokens else ()), "mean reward",
-                     "mean return", "mean adv", "std adv", "min adv", "max adv"):
+        for name in (
+            "turn",
+            "count",
+            *(("tokens",) if tokens else ()),
+            "mean reward",
+            "mean return",
+            "mean adv",
+            "std adv",
+            "min adv",
+            "max adv",
+        ):
             table.add_column(name, justify="right")
         for row in entry["turns"]:
             table.add_row(
@@ -155,8 +162,7 @@ def render(console: Any, report: dict[str, Any]) -> None:
         for t, row in enumerate(sweep[0]["turns"]):
             cells = []
             for entry in sweep:
-                cells += [number(entry["turns"][t]["mean_return"]),
-                          number(entry["turns"][t]["advantage_mean"], "+")]
+                cells += [number(entry["turns"][t]["mean_return"]), number(entry["turns"][t]["advantage_mean"], "+")]
             table.add_row(str(t), f"{row['count']:,}", *cells)
         console.print(table)
     if report["output"]:
@@ -170,9 +176,7 @@ def number(value: float, sign: str = "") -> str:
     return f"{round(value, 4) + 0.0:{sign}.4f}"
 
 
-def write_turn_rows(
-    path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]
-) -> None:
+def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]) -> None:
     """Write the per-turn JSONL file (format in the module docstring).
 
     Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
@@ -194,16 +198,18 @@ def write_turn_rows(
                 group = int(batch.group_of_trajectory[j])
                 key = collected.groups[group]
                 length = int(batch.lengths[j])
-                head = json.dumps({
-                    "file": collected.files[collected.file[source]],
-                    "line": collected.line[source],
-                    "episode": collected.episode_ids[source],
-                    "trace": collected.trace_ids[source],
-                    "agent": collected.agents[collected.agent[source]],
-                    "group": group,
-                    "group_by": key.by,
-                    "group_id": key.id,
-                })[:-1]
+                head = json.dumps(
+                    {
+                        "file": collected.files[collected.file[source]],
+                        "line": collected.line[source],
+                        "episode": collected.episode_ids[source],
+                        "trace": collected.trace_ids[source],
+                        "agent": collected.agents[collected.agent[source]],
+                        "group": group,
+                        "group_by": key.by,
+                        "group_id": key.id,
+                    }
+                )[:-1]
                 for t in range(length):
                     # Numbers are finite floats and ints: repr() is exactly what json writes.
                     values = "".join(f', "{name}": {column[turn]!r}' for name, column in columns)

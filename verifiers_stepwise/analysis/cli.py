@@ -8,7 +8,7 @@
 TRACES are ``traces.jsonl`` files as ``vf-eval`` writes them, or run directories holding
 one. The config flags are generated from the chosen estimator's pydantic ``Config`` (see
 ``vf-stepwise advantages --estimator NAME --help``). Grouping, bad-input handling and the
-JSONL format are documented in ``verifiers_stepwise.tracefile`` and ``verifiers_stepwise.report``.
+JSONL format are documented in ``verifiers_stepwise.analysis.tracefile`` and ``verifiers_stepwise.analysis.report``.
 
 Heavy modules (numpy, verifiers, rich, matplotlib) are imported only by the command that
 needs them, so ``vf-stepwise --help`` stays quick.
@@ -89,40 +89,57 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         "with FILE:LINE and exit status 2 unless --skip-bad.",
         allow_abbrev=False,
     )
-    adv.add_argument("traces", nargs="+", type=Path, metavar="TRACES",
-                     help="traces.jsonl files (or vf-eval run directories holding one)")
-    adv.add_argument("--estimator", default="stepwise",
-                     help="registered estimator name (default: stepwise; see `vf-stepwise list`)")
-    adv.add_argument("--compare", metavar="SPEC",
-                     help="a second config shown side by side: NAME, NAME:field=value,... "
-                     "(from NAME's defaults) or :field=value,... (the main config, changed)")
-    adv.add_argument("--gammas", metavar="G,G,...",
-                     help="gamma sweep table of the main estimator, e.g. 0,0.4,0.8,1.0")
-    adv.add_argument("--plot", type=Path, metavar="FILE.png",
-                     help="write per-turn-index distributions of returns and advantages")
+    adv.add_argument(
+        "traces",
+        nargs="+",
+        type=Path,
+        metavar="TRACES",
+        help="traces.jsonl files (or vf-eval run directories holding one)",
+    )
+    adv.add_argument(
+        "--estimator", default="stepwise", help="registered estimator name (default: stepwise; see `vf-stepwise list`)"
+    )
+    adv.add_argument(
+        "--compare",
+        metavar="SPEC",
+        help="a second config shown side by side: NAME, NAME:field=value,... "
+        "(from NAME's defaults) or :field=value,... (the main config, changed)",
+    )
+    adv.add_argument("--gammas", metavar="G,G,...", help="gamma sweep table of the main estimator, e.g. 0,0.4,0.8,1.0")
+    adv.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="write per-turn-index distributions of returns and advantages"
+    )
     out = adv.add_mutually_exclusive_group()
-    out.add_argument("-o", "--output", type=Path, metavar="FILE.jsonl",
-                     help="per-turn results (default: next to the first TRACES file, "
-                     "<name>.advantages.jsonl)")
+    out.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="per-turn results (default: next to the first TRACES file, <name>.advantages.jsonl)",
+    )
     out.add_argument("--no-output", action="store_true", help="write no per-turn file")
-    adv.add_argument("--json", action="store_true",
-                     help="print the summary as JSON instead of tables")
-    adv.add_argument("--skip-bad", action="store_true",
-                     help="skip bad lines and traces (each is counted and reported) instead "
-                     "of stopping at the first")
-    adv.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                     help="progress bar on stderr (default: when stderr is a terminal)")
+    adv.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    adv.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
+    )
+    adv.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
     adv.set_defaults(command=_advantages)
     if estimator is not None:
-        from verifiers_stepwise.config_flags import add_config_flags
+        from verifiers_stepwise.analysis.flags import add_config_flags
 
         try:
             cls = _estimator_class(estimator)
         except CommandError as e:
             adv.error(str(e))
         group = adv.add_argument_group(
-            f"{estimator} config ({cls.__module__}:{cls.__qualname__}); "
-            "pick another with --estimator NAME"
+            f"{estimator} config ({cls.__module__}:{cls.__qualname__}); pick another with --estimator NAME"
         )
         add_config_flags(group, cls.Config)
         adv.set_defaults(estimator_class=cls)
@@ -130,7 +147,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
 
 
 def _estimator_class(name: str) -> type:
-    from verifiers_stepwise.registry import EntryPointConflict, UnknownEstimator, estimator_class
+    from verifiers_stepwise.estimators.registry import EntryPointConflict, UnknownEstimator, estimator_class
 
     try:
         return estimator_class(name)
@@ -142,8 +159,8 @@ def _estimator_class(name: str) -> type:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.config_flags import field_description, type_name
-    from verifiers_stepwise.registry import (
+    from verifiers_stepwise.analysis.flags import field_description, type_name
+    from verifiers_stepwise.estimators.registry import (
         EntryPointConflict,
         available_environments,
         available_estimators,
@@ -162,29 +179,29 @@ def _list(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
             estimators.append({"name": name, "error": f"{type(e).__name__}: {e}"})
             continue
-        estimators.append({
-            "name": name,
-            "class": f"{cls.__module__}:{cls.__qualname__}",
-            "fields": [
-                {
-                    "name": field,
-                    "type": type_name(info.annotation),
-                    "default": info.get_default(call_default_factory=True),
-                    "description": field_description(info),
-                }
-                for field, info in cls.Config.model_fields.items()
-            ],
-        })
+        estimators.append(
+            {
+                "name": name,
+                "class": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": [
+                    {
+                        "name": field,
+                        "type": type_name(info.annotation),
+                        "default": info.get_default(call_default_factory=True),
+                        "description": field_description(info),
+                    }
+                    for field, info in cls.Config.model_fields.items()
+                ],
+            }
+        )
     if args.json:
-        print(json.dumps({"estimators": estimators, "environments": environments}, indent=2,
-                         default=repr))
+        print(json.dumps({"estimators": estimators, "environments": environments}, indent=2, default=repr))
         return 0
 
     from rich.table import Table
 
     console = _console()
-    table = Table(title="advantage estimators (verifiers.advantage_estimators)",
-                  title_justify="left", show_lines=True)
+    table = Table(title="advantage estimators (verifiers.advantage_estimators)", title_justify="left", show_lines=True)
     for column in ("name", "class", "field", "type", "default", "description"):
         table.add_column(column, overflow="fold")
     for entry in estimators:
@@ -192,11 +209,15 @@ def _list(args: argparse.Namespace) -> int:
             failed = f"[red]failed to load: {entry['error']}[/]"
             table.add_row(entry["name"], failed, "", "", "", "")
             continue
-        for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "",
-                                                   "description": ""}]):
-            table.add_row(entry["name"] if i == 0 else "", entry["class"] if i == 0 else "",
-                          f["name"], f["type"], repr(f["default"]) if f["name"] else "",
-                          f["description"])
+        for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "", "description": ""}]):
+            table.add_row(
+                entry["name"] if i == 0 else "",
+                entry["class"] if i == 0 else "",
+                f["name"],
+                f["type"],
+                repr(f["default"]) if f["name"] else "",
+                f["description"],
+            )
     console.print(table)
     envs = Table(title="environment bundles (verifiers.environments)", title_justify="left")
     envs.add_column("vf-eval ID")
@@ -214,10 +235,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _advantages(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.config_flags import config_values
+    from verifiers_stepwise.analysis.flags import config_values
+    from verifiers_stepwise.analysis.stats import credit, describe, with_gamma
     from verifiers_stepwise.estimators import ConfigError
-
-    from verifiers_stepwise.analysis import credit, describe, with_gamma
 
     paths = [_traces_file(p) for p in args.traces]
     # Every setting is checked before the (possibly long) read.
@@ -231,9 +251,9 @@ def _advantages(args: argparse.Namespace) -> int:
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
 
-    from verifiers_stepwise.ragged import RewardError
-    from verifiers_stepwise.report import render, summary, write_turn_rows
-    from verifiers_stepwise.tracefile import BadInput
+    from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
+    from verifiers_stepwise.analysis.tracefile import BadInput
+    from verifiers_stepwise.estimators.ragged import RewardError
 
     output = None
     if not args.no_output:
@@ -265,7 +285,7 @@ def _advantages(args: argparse.Namespace) -> int:
     if output is not None:
         write_turn_rows(output, collected, grouped, credits)
     if args.plot is not None:
-        from verifiers_stepwise.plot import plot_credit
+        from verifiers_stepwise.analysis.plot import plot_credit
 
         plot_credit(args.plot, batch, credits)
     report = summary(collected, grouped, credits, sweep, output, args.plot)
@@ -310,7 +330,7 @@ def _gammas(text: str) -> list[float]:
 
 
 def _read(paths: list[Path], args: argparse.Namespace) -> Any:
-    from verifiers_stepwise.tracefile import collect
+    from verifiers_stepwise.analysis.tracefile import collect
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
@@ -324,8 +344,13 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
         TransferSpeedColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-               TransferSpeedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
     console = _console(stderr=True, force_terminal=args.progress)
     with Progress(*columns, console=console, transient=True) as progress:
@@ -333,8 +358,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 
         progress.update(task, description="reading traces")
-        return collect(paths, skip_bad=args.skip_bad,
-                       progress=lambda n: progress.advance(task, n))
+        return collect(paths, skip_bad=args.skip_bad, progress=lambda n: progress.advance(task, n))
 
 
 def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:

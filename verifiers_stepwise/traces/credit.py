@@ -2,7 +2,7 @@
 
     score_group(episodes, estimator) -> per-turn advantages, one list per trace
 
-reads each trace's per-turn rewards (``verifiers_stepwise.turns``), runs the estimator on the
+reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``), runs the estimator on the
 group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). The
 result is also recorded on each trace as ``trace.info["turn_credit"]`` — the only place it
 shows for eval-client traces, which carry no tokens to write on.
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.registry import get_estimator
-from verifiers_stepwise.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns, sampled_nodes
+from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.traces.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns, sampled_nodes
 
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
@@ -66,9 +66,7 @@ def score_group(
     elif isinstance(estimator, Estimator):
         label = type(estimator).__name__
     else:
-        raise TypeError(
-            f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}"
-        )
+        raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")
     traces = [(episode, trace) for episode in episodes for trace in episode.traces]
     advantages: list[list[float]] = [[] for _ in traces]
     group: list[tuple[int, Trace, TraceTurns]] = []

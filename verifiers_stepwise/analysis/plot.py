@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers_stepwise.analysis import Credit
-from verifiers_stepwise.ragged import RaggedBatch
+from verifiers_stepwise.analysis.stats import Credit
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 
 __all__ = ["plot_credit"]
 
@@ -60,7 +60,5 @@ def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
         axes[0][column].set_title(textwrap.fill(credit.label, 55), fontsize="medium")
         axes[1][column].set_xticks(positions, labels)
         axes[1][column].set_xlabel("turn index")
-    fig.suptitle(
-        f"{batch.n_trajectories:,} trajectories in {batch.n_groups:,} groups", fontsize="medium"
-    )
+    fig.suptitle(f"{batch.n_trajectories:,} trajectories in {batch.n_groups:,} groups", fontsize="medium")
     fig.savefig(path, dpi=110)

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.ragged import RaggedBatch, RewardError
-from verifiers_stepwise.returns import ragged_discounted_returns
+from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.estimators.returns import ragged_discounted_returns
 
 __all__ = [
     "Credit",
@@ -67,8 +67,7 @@ class TurnStats:
         names = [f.name for f in fields(self)]
         columns = [getattr(self, name).tolist() for name in names]
         return [
-            {"turn": t, **{name: column[t] for name, column in zip(names, columns)}}
-            for t in range(self.count.size)
+            {"turn": t, **{name: column[t] for name, column in zip(names, columns)}} for t in range(self.count.size)
         ]
 
 
@@ -97,16 +96,13 @@ def credit(label: str, estimator: Estimator, batch: RaggedBatch) -> Credit:
     gamma, aggregation = returns_setting(estimator)
     advantages = np.asarray(estimator.batched(batch), dtype=np.float64)
     if advantages.shape != (batch.n_turns,):
-        raise RewardError(
-            f"{label}: batched() returned shape {advantages.shape}, expected ({batch.n_turns},)"
-        )
+        raise RewardError(f"{label}: batched() returned shape {advantages.shape}, expected ({batch.n_turns},)")
     finite = np.isfinite(advantages)
     if not finite.all():
         i = int(np.argmin(finite))
         g, j, t = RaggedBatch.locate(i, batch.lengths, batch.group_sizes)
         raise RewardError(
-            f"{label}: advantage {float(advantages[i])!r} of group {g}, trajectory {j}, turn {t} "
-            f"is not finite"
+            f"{label}: advantage {float(advantages[i])!r} of group {g}, trajectory {j}, turn {t} is not finite"
         )
     return Credit(
         label=label,

@@ -1,0 +1,43 @@
+"""Math: per-turn returns and advantage estimators on ragged batches of per-turn rewards.
+
+May import numpy and pydantic only (never verifiers or a trainer). Layers above build on it:
+``traces`` (per-turn schema and credit on verifiers traces) → ``envs`` (environments and the
+harness) → ``hosts`` (trainer adapters) → ``analysis`` (the ``vf-stepwise`` command).
+
+    ragged      RaggedBatch: groups of trajectories of different lengths, flat float64
+    returns     discounted per-turn returns (sum | max), the backward recursion
+    baselines   group baselines and normalization (pooled, per_turn, leave_one_out, trajectory)
+    base        the Estimator interface and its config base
+    stepwise    Kevin's stepwise estimator; grpo: trajectory-level GRPO
+    registry    discovery by name through the ``verifiers.advantage_estimators`` entry points
+"""
+
+from verifiers_stepwise.estimators.base import (
+    ConfigError,
+    Estimator,
+    EstimatorConfig,
+    zero_advantage_groups,
+)
+from verifiers_stepwise.estimators.baselines import Baseline, Scale
+from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
+from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.estimators.returns import Aggregation, discounted_returns, ragged_discounted_returns
+from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
+
+__all__ = [
+    "GRPO",
+    "Aggregation",
+    "Baseline",
+    "ConfigError",
+    "Estimator",
+    "EstimatorConfig",
+    "GRPOConfig",
+    "RaggedBatch",
+    "RewardError",
+    "Scale",
+    "Stepwise",
+    "StepwiseConfig",
+    "discounted_returns",
+    "ragged_discounted_returns",
+    "zero_advantage_groups",
+]

@@ -1,0 +1,101 @@
+"""Per-turn discounted returns (Kevin, arXiv 2507.11948, section 3).
+
+For one trajectory with turn rewards r_1..r_T and discount γ ∈ [0, 1]:
+
+    sum:  R_t = Σ_{i=t}^{T} γ^(i−t) r_i          (= r_t + γ R_{t+1},        R_T = r_T)
+    max:  R_t = max_{i=t..T} γ^(i−t) r_i          (= max(r_t, γ R_{t+1}),   R_T = r_T)
+
+with γ^0 = 1. "sum" is the discounted reward-to-go; "max" credits a turn with the best
+discounted score it leads to (Kevin's choice for refinement, where later turns re-score the
+same kernel). Rewards may have any sign; note that with γ = 0, max gives max(r_t, 0) for t < T.
+
+The ragged form runs the backward recursion as a reverse scan over "steps before the end",
+vectorized across trajectories (as rlax's ``discounted_returns`` scans over time): step k
+updates, in every trajectory longer than k, the turn k steps before its last. Each trajectory
+only reads its own rewards, so results never depend on its neighbours or on batch order.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+import numpy as np
+
+from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+
+__all__ = ["AGGREGATIONS", "Aggregation", "check_gamma", "discounted_returns", "ragged_discounted_returns"]
+
+Aggregation = Literal["sum", "max"]
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+
+
+def check_gamma(gamma: float) -> float:
+    """Discounts live in [0, 1]; anything else, NaN included, is a configuration error."""
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0.0 <= gamma <= 1.0:
+        raise RewardError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    return float(gamma)
+
+
+def check_aggregation(aggregation: str) -> Aggregation:
+    if aggregation not in AGGREGATIONS:
+        raise RewardError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    return aggregation  # type: ignore[return-value]
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float, aggregation: Aggregation = "sum") -> list[float]:
+    """Per-turn returns R_1..R_T of one trajectory; see the module docstring for the formulas.
+
+    Args:
+      rewards: r_1..r_T, T >= 1, finite.
+      gamma: discount γ in [0, 1].
+      aggregation: "sum" (discounted reward-to-go) or "max" (best discounted future score).
+
+    Returns:
+      [R_1, ..., R_T] as float64 values.
+    """
+    if len(rewards) == 0:
+        raise RewardError("trajectory 0: a trajectory needs at least one turn")
+    batch = RaggedBatch.from_groups([[rewards]])
+    return ragged_discounted_returns(batch, gamma, aggregation).tolist()
+
+
+def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Aggregation = "sum") -> np.ndarray:
+    """Returns for every turn of a ragged batch.
+
+    Args:
+      batch: rewards (n_turns,) with their trajectory lengths; groups play no role here.
+      gamma: discount γ in [0, 1].
+      aggregation: "sum" or "max".
+
+    Returns:
+      (n_turns,) float64, R_t in the same flat layout as ``batch.rewards``.
+    """
+    gamma = check_gamma(gamma)
+    use_max = check_aggregation(aggregation) == "max"
+    returns = batch.rewards.copy()  # R_T = r_T; earlier turns hold r_t until their step
+    if batch.n_trajectories:
+        by_length = np.argsort(-batch.lengths, kind="stable")
+        last_turns = batch.trajectory_ends[by_length] - 1  # (n_traj,) longest trajectory first
+        longer_than = batch.n_trajectories - np.cumsum(np.bincount(batch.lengths))  # [k]: #(T > k)
+        with np.errstate(over="ignore"):  # an overflow is reported below, with where it is
+            for k in range(1, int(batch.lengths.max())):
+                turns = last_turns[: longer_than[k]] - k  # the turn k steps before the end
+                later = gamma * returns[turns + 1]
+                returns[turns] = np.maximum(returns[turns], later) if use_max else returns[turns] + later
+    finite = np.isfinite(returns)
+    if not finite.all():
+        raise overflow_error(batch, finite, gamma)
+    return returns
+
+
+def overflow_error(batch: RaggedBatch, finite: np.ndarray, gamma: float) -> RewardError:
+    """Names where a return first overflows: in the first trajectory holding a non-finite
+    return, its last such turn (the recursion runs backwards, so every earlier turn of that
+    trajectory only inherited the infinity). ``finite`` is (n_turns,) ``isfinite(returns)``."""
+    first = int(np.argmin(finite))
+    trajectory = int(np.searchsorted(batch.trajectory_ends, first, side="right"))
+    end = int(batch.trajectory_ends[trajectory])
+    turn = first + int(np.flatnonzero(~finite[first:end])[-1])
+    return RewardError(f"{batch.where(turn)}: the return overflows float64 (rewards too large for gamma={gamma})")

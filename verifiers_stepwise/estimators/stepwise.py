@@ -1,0 +1,54 @@
+"""The ``stepwise`` estimator: per-turn discounted returns, then a group baseline (Kevin)."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
+from verifiers_stepwise.estimators.baselines import Baseline, baseline_advantages
+from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.estimators.returns import Aggregation, ragged_discounted_returns
+
+__all__ = ["Stepwise", "StepwiseConfig"]
+
+
+class StepwiseConfig(EstimatorConfig):
+    gamma: float = Field(0.4, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Discount γ between turns (Kevin uses 0.4)."""
+    aggregation: Aggregation = "sum"
+    """"sum": discounted reward-to-go; "max": best discounted future turn reward."""
+    baseline: Baseline = "pooled"
+    """Which returns a turn's return is compared with, all within its group:
+    pooled (every turn of every trajectory; Kevin), per_turn (the same turn index only),
+    leave_one_out (the pool without this turn; RLOO), trajectory (each trajectory's first-turn
+    return compared across trajectories and broadcast to all of its turns)."""
+
+
+class Stepwise(Estimator):
+    """Per-turn discounted returns, then a group baseline (Kevin, arXiv 2507.11948).
+
+    For trajectory j of a group with turn rewards r_{j,1..T_j}:
+
+        R_{j,t} = Σ_{i≥t} γ^(i−t) r_{j,i}    (sum)   or   max_{i≥t} γ^(i−t) r_{j,i}   (max)
+        A_{j,t} = (R_{j,t} − mean(X)) / (std(X) + ε)     (scale="std"; R − mean for "none")
+
+    where X depends on the baseline: pooled = {R_{k,s}} over all trajectories k and turns s;
+    per_turn = {R_{k,t} : T_k > t}; leave_one_out = the pool without R_{j,t}
+    (baseline (ΣX − R_{j,t}) / (|X| − 1), scaled by the pool's std); trajectory =
+    {R_{k,1}} with A_{j,t} = A_{j,1} for every t.
+
+    Known biases (both pinned by tests, see docs/estimators.md): the pooled baseline favours
+    early turns when rewards are non-negative, since earlier turns add more discounted terms
+    (rewards 1,1,1,1 with γ = 0.4 give returns 1.624, 1.56, 1.4, 1.0 and nonzero advantages
+    though no turn was better); the per_turn baseline for turn t only averages trajectories
+    that lasted past t, so it depends on when each trajectory stopped, which the policy chooses.
+    """
+
+    Config = StepwiseConfig
+    config: StepwiseConfig
+
+    def batched(self, batch: RaggedBatch) -> np.ndarray:
+        c = self.config
+        returns = ragged_discounted_returns(batch, c.gamma, c.aggregation)
+        return baseline_advantages(batch, returns, c.baseline, c.scale, c.eps)
