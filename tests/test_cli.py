@@ -359,12 +359,12 @@ def test_every_kind_of_bad_input_stops_with_its_line_then_skip_bad_counts_them(t
         keep = [line for i, line in enumerate(lines, 1) if i >= number or i not in {n for n, _ in expected_first}]
         fixed.write_text("".join(keep))
         at = number - sum(1 for n, _ in expected_first if n < number)
-        code, _, err = run(capsys, "advantages", fixed, "--no-output")
+        code, _, err = run(capsys, "advantages", fixed, "--no-output", "--missing", "error")
         assert code == 2
         assert err.startswith(f"error: {fixed}:{at}: ") and message.format(file=fixed) in err, err
         assert "--skip-bad" in err
 
-    code, out, err = run(capsys, "advantages", path, "--skip-bad", "--json", "--no-output")
+    code, out, err = run(capsys, "advantages", path, "--skip-bad", "--json", "--no-output", "--missing", "error")
     assert code == 0, err
     report = json.loads(out)
     assert report["skipped"] == skipped
@@ -376,7 +376,7 @@ def test_every_kind_of_bad_input_stops_with_its_line_then_skip_bad_counts_them(t
     assert counts["trajectories"] == 5
     assert len(report["problems"]) == 6 and report["problems"][0].startswith(f"{path}:2: not valid JSON")
 
-    code, out, _ = run(capsys, "advantages", path, "--skip-bad", "--no-output")
+    code, out, _ = run(capsys, "advantages", path, "--skip-bad", "--no-output", "--missing", "error")
     assert (
         "skipped 2 malformed lines, 1 duplicate episodes, 1 traces without turn rewards, "
         "2 traces with invalid turns" in out
@@ -645,6 +645,8 @@ def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
         traces,
         broken,
         "--skip-bad",
+        "--missing",
+        "error",
         "--progress",
         "--gammas",
         "0,0.4,1",
@@ -665,3 +667,32 @@ def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
     assert len(large) == stats["turns"]
     full_blocks, rest = divmod(stats["episodes"], 16 * 8)  # 16 tasks interleaved, 8 rollouts each
     assert len({r["group_id"] for r in large}) == 16 * full_blocks + min(16, rest)
+
+
+@pytest.mark.parametrize("recorded", ["absent", "empty"])
+def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, capsys, recorded):
+    """One rule (credit.credit_turns) decides, in vf-stepwise and score_group alike, what a trace
+    that records no per-turn rewards (no key, or ``[]``) means: by default its trace reward on its
+    last turn; with ``missing="error"`` it is rejected by both."""
+    group = [make_episode([0.0, 1.0], task=0, run="run-1") for _ in range(2)] + [
+        make_episode([0.0, 0.0], task=0, run="run-1")
+    ]
+    plain = group[1].traces[0]
+    if recorded == "absent":
+        del plain.info["turn_rewards"], plain.info["turn_nodes"]
+    else:
+        plain.info["turn_rewards"], plain.info["turn_nodes"] = [], []
+    path = write_episodes(tmp_path / "traces.jsonl", group)
+    code, _, err = run(capsys, "advantages", path, "-o", tmp_path / "rows.jsonl")
+    assert code == 0, err
+    rows = read_rows(tmp_path / "rows.jsonl")
+    copies = [vf.Episode.model_validate(e.model_dump()) for e in group]
+    expected = score_group(copies, get_estimator("stepwise"))
+    for episode, values in zip(group, expected):
+        assert [r["advantage"] for r in rows if r["episode"] == episode.id] == pytest.approx(values)
+    assert len([r for r in rows if r["episode"] == group[1].id]) == len(expected[1]) > 0
+
+    code, _, err = run(capsys, "advantages", path, "--no-output", "--missing", "error")
+    assert code == 2 and "has no info['turn_rewards']" in err
+    with pytest.raises(ValueError, match="turn_rewards"):
+        score_group(copies, get_estimator("stepwise"), missing="error")

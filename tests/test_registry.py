@@ -116,3 +116,33 @@ def test_environment_bundles_are_listed(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["my-env"] == "my_env"
     assert isinstance(available_environments(), dict)
+
+
+def test_lookups_by_name_reuse_the_scan_until_a_distribution_is_installed(tmp_path):
+    """score_group(group, "stepwise") resolves the name for every group: the entry points are
+    read once, and read again when sys.path or one of its directories changes, so a package
+    installed while the process runs is still found."""
+    site = tmp_path / "site"
+    site.mkdir()
+    result = run(
+        f"""
+        import json, sys
+        from verifiers_stepwise.estimators import registry
+        scans = []
+        scan = registry._scan
+        registry._scan = lambda group: scans.append(group) or scan(group)
+        for _ in range(50):
+            registry.get_estimator("stepwise")
+        before = len(scans)
+        sys.path.append({str(site)!r})
+        registry.available_estimators()
+        sys.path.remove({str(site)!r})
+        from tests.test_registry import make_distribution, THIRD_PARTY
+        make_distribution(__import__("pathlib").Path({str(tmp_path)!r}), "sign-estimator",
+                          {{registry.ESTIMATOR_GROUP: {{"sign": "sign_estimator:Sign"}}}}, THIRD_PARTY)
+        print(json.dumps([before, "sign" in registry.available_estimators()]))
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [1, True]

@@ -264,3 +264,11 @@ def test_kevin_style_samples_need_token_ids():
     b, _ = three_turns(tokens=False)
     with pytest.raises(TurnSchemaError, match="turn 0 has no sampled token ids"):
         turn_samples(b.trace, [0.0, 0.0, 0.0])
+
+
+def test_an_empty_turn_rewards_list_records_no_turns():
+    """``turn_rewards == []`` (no turn was scored) reads like a missing key, whatever turn_nodes says."""
+    b = TraceBuilder()
+    b.sample("an answer")
+    b.trace.info.update(turn_rewards=[], turn_nodes=[])
+    assert read_turns(b.trace) is None

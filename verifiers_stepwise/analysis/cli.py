@@ -120,6 +120,13 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
     out.add_argument("--no-output", action="store_true", help="write no per-turn file")
     adv.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     adv.add_argument(
+        "--missing",
+        choices=("final_turn", "error"),
+        default="final_turn",
+        help="a trace without per-turn rewards: score its trace reward on its last turn (final_turn, "
+        "as score_group does by default) or treat it as bad input (error)",
+    )
+    adv.add_argument(
         "--skip-bad",
         action="store_true",
         help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
@@ -334,7 +341,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad)
+        return collect(paths, skip_bad=args.skip_bad, missing=args.missing)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -358,7 +365,9 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 
         progress.update(task, description="reading traces")
-        return collect(paths, skip_bad=args.skip_bad, progress=lambda n: progress.advance(task, n))
+        return collect(
+            paths, skip_bad=args.skip_bad, missing=args.missing, progress=lambda n: progress.advance(task, n)
+        )
 
 
 def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:

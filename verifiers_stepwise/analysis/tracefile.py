@@ -28,10 +28,15 @@ catch-all group, the failure that merges every rollout of a run into one group. 
 of the task row, run-local ``idx`` included). Episodes sharing a group id must share their
 task (key, else hash): a group that mixes tasks is bad input.
 
+A trajectory's turns are the ones ``score_group`` credits (``credit.credit_turns``): a trace
+without per-turn rewards (no ``info["turn_rewards"]``, or an empty list) is scored with its
+trace reward on its last turn (``missing="final_turn"``, the default) or is bad input
+(``missing="error"``).
+
 Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
-no group identity, a mixed group, a trace without ``info["turn_rewards"]``, or a trace whose
-turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts that disagree with
-its nodes, a reward that is not a finite number) or empty. It raises :class:`BadInput`, or
+no group identity, a mixed group, a trace without per-turn rewards under ``missing="error"``,
+or a trace whose turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts
+that disagree with its nodes, a reward that is not a finite number). It raises :class:`BadInput`, or
 with ``skip_bad`` is skipped and counted by kind (a bad line or episode skips that episode, a
 bad trace only that trace). Every line and trace is accounted for: scored, excluded
 (untrainable or errored) or skipped.
@@ -46,12 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.traces.turns import TurnSchemaError, read_turns
+from verifiers_stepwise.traces.turns import TurnSchemaError
 
 if TYPE_CHECKING:
     import numpy as np
 
     from verifiers_stepwise.estimators.ragged import RaggedBatch
+    from verifiers_stepwise.traces.credit import Missing
 
 __all__ = [
     "BadInput",
@@ -190,6 +196,7 @@ def collect(
     paths: Iterable[Path | str],
     *,
     skip_bad: bool = False,
+    missing: Missing = "final_turn",
     progress: Callable[[int], None] | None = None,
 ) -> Collected:
     """Read traces files one line at a time and gather their per-turn rewards by group.
@@ -197,9 +204,12 @@ def collect(
     Args:
       paths: ``traces.jsonl`` files, read in order; line numbers restart in each file.
       skip_bad: skip and count bad lines and traces instead of raising :class:`BadInput`.
+      missing: what a trace without per-turn rewards means (``credit.credit_turns``, the rule
+        ``score_group`` applies): "final_turn" scores its trace reward on its last turn,
+        "error" makes it bad input.
       progress: called with the byte count of every line read.
     """
-    reader = _Reader(skip_bad)
+    reader = _Reader(skip_bad, missing)
     for path in paths:
         reader.read(Path(path), progress)
     reader.out.groups = list(reader.group_index)  # dicts keep insertion order: index order
@@ -208,11 +218,14 @@ def collect(
 
 
 class _Reader:
-    def __init__(self, skip_bad: bool) -> None:
-        from verifiers_stepwise.traces.credit import exclusion_reason  # loads numpy (estimators)
+    def __init__(self, skip_bad: bool, missing: Missing) -> None:
+        from verifiers_stepwise.traces import credit  # loads numpy (estimators)
 
-        self.exclusion_reason = exclusion_reason
+        self.exclusion_reason = credit.exclusion_reason
+        self.credit_turns = credit.credit_turns
+        self.MissingTurnRewards = credit.MissingTurnRewards
         self.skip_bad = skip_bad
+        self.missing = missing
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
         self.agent_index: dict[str, int] = {}
@@ -312,13 +325,14 @@ class _Reader:
             out.counts["errored"] += 1
             return
         try:
-            turns = read_turns(trace)
-            if turns is None:
-                message = "has no info['turn_rewards'] (was it made by a stepwise environment?)"
-                self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
-                return
-            if not turns.rewards:
-                raise TurnSchemaError("info['turn_rewards'] is empty")
+            turns = self.credit_turns(trace, self.missing)
+        except self.MissingTurnRewards:
+            message = (
+                "has no info['turn_rewards'] (was it made by a stepwise environment? --missing final_turn "
+                "scores its trace reward as the last turn's, as score_group does by default)"
+            )
+            self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
+            return
         except TurnSchemaError as e:
             self.problem("bad_turns", here, f"{_name(trace, position)}: {e}")
             return

@@ -32,11 +32,15 @@ from verifiers_stepwise.traces.turns import TraceTurns, TurnSchemaError, place_a
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
 
-__all__ = ["CREDIT", "Missing", "exclusion_reason", "score_group"]
+__all__ = ["CREDIT", "Missing", "MissingTurnRewards", "credit_turns", "exclusion_reason", "score_group"]
 
 CREDIT = "turn_credit"
 
 Missing = Literal["final_turn", "error"]
+
+
+class MissingTurnRewards(TurnSchemaError):
+    """A trace records no per-turn rewards and ``missing="error"`` was asked for."""
 
 
 def score_group(
@@ -77,10 +81,7 @@ def score_group(
         if reason is not None:
             trace.info[CREDIT] = {"estimator": label, "excluded": reason}
             continue
-        turns = read_turns(trace)
-        if turns is None or not turns.rewards:
-            turns = _final_turn(trace, missing)
-        group.append((k, trace, turns))
+        group.append((k, trace, credit_turns(trace, missing)))
     if not group:
         return advantages
     scored = estimator([turns.rewards for _, _, turns in group])
@@ -105,11 +106,20 @@ def _last_error(errors: Sequence[Any]) -> str:
     return f": {errors[-1].type}: {errors[-1].message}" if errors else ""
 
 
-def _final_turn(trace: Trace, missing: Missing) -> TraceTurns:
+def credit_turns(trace: Trace, missing: Missing = "final_turn") -> TraceTurns:
+    """The turns credited for a trace that is scored: the turns it records (``read_turns``),
+    or, when it records none (no ``turn_rewards``, or an empty list: no turn was scored), what
+    ``missing`` says: "final_turn" makes every sampled node a turn, the earlier ones with
+    reward 0 and the last with ``trace.reward`` (one turn without nodes when the model never
+    spoke); "error" raises MissingTurnRewards. ``score_group`` and ``vf-stepwise`` both
+    decide with this one rule."""
+    turns = read_turns(trace)
+    if turns is not None:
+        return turns
     if missing == "error":
-        raise TurnSchemaError(
-            f"trace {trace.id}: no turn_rewards in trace.info (score_group(..., "
-            f"missing='final_turn') would use the trace reward as the final turn's reward)"
+        raise MissingTurnRewards(
+            f"trace {trace.id}: no turn_rewards in trace.info (missing='final_turn' would score the trace "
+            f"reward as the final turn's reward)"
         )
     reward = trace.reward
     if not math.isfinite(reward):

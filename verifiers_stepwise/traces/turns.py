@@ -69,7 +69,8 @@ class TraceTurns(NamedTuple):
 
 
 def read_turns(trace: Trace) -> TraceTurns | None:
-    """The validated turns of ``trace``, or None when it records no ``turn_rewards``.
+    """The validated turns of ``trace``, or None when it records no turn rewards (no
+    ``turn_rewards``, or an empty list; ``turn_nodes`` is then not read).
 
     Raises TurnSchemaError when a reward is not a finite number, when ``turn_nodes`` and
     ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
@@ -79,8 +80,8 @@ def read_turns(trace: Trace) -> TraceTurns | None:
     """
     info = trace.info or {}
     raw_rewards = info.get(TURN_REWARDS, _ABSENT)
-    if raw_rewards is _ABSENT:
-        return None
+    if raw_rewards is _ABSENT or (type(raw_rewards) is list and not raw_rewards):
+        return None  # records no turn rewards: no key, or no turn was scored
     # Trainers read every trace every step, so the usual case is checked first with a few
     # C-level builtins; anything else goes through the checks that name what is wrong.
     # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
