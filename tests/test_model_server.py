@@ -184,8 +184,8 @@ def _serve(*args: str) -> subprocess.Popen:
     )
 
 
-def _ask(base_url: str, session: str = "s") -> str:
-    body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
+def _ask(base_url: str, session: str = "s", prompt: str = "anything") -> str:
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
     reply = httpx.post(f"{base_url}/chat/completions", json=body, headers={"X-Session-ID": session}, timeout=30)
     return reply.json()["choices"][0]["message"]["content"]
 
@@ -206,7 +206,7 @@ def test_command_serves_with_stdin_closed_until_a_signal(signum):
         process.wait()
 
 
-def test_command_honours_port_and_cycles_replies_per_rollout():
+def test_command_honours_port_and_cycles_replies_over_each_prompts_rollouts():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -215,6 +215,8 @@ def test_command_honours_port_and_cycles_replies_per_rollout():
         base_url = process.stdout.readline().strip()
         assert base_url == f"http://127.0.0.1:{port}/v1"
         assert [_ask(base_url, s) for s in ("a", "b", "c", "a", "b")] == ["40", "42", "40", "40", "42"]
+        # Rollouts are counted per prompt: another task's first rollout gets the first reply.
+        assert [_ask(base_url, s, prompt="task 2") for s in ("d", "a", "d")] == ["40", "42", "40"]
         taken = _serve("--port", str(port))
         assert taken.wait(timeout=60) == 1
         assert f"port {port}" in taken.stderr.read()

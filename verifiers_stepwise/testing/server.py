@@ -31,10 +31,11 @@ does not share their interpreter)::
 prints its base URL (``http://127.0.0.1:8000/v1``) on the first line of stdout and serves until
 SIGINT (Ctrl-C) or SIGTERM, then shuts down and exits 0; it never reads stdin, so it runs under
 ``nohup`` or with stdin closed. ``--port 0`` (the default) takes a free port from the OS. With
-several ``--reply``, rollout k (the k-th ``X-Session-ID`` to arrive) gets the k-th reply, cycling,
-on every call, so the rollouts of a task score differently. ``--until-stdin-closes`` serves until
-its stdin reaches end of file instead: ``with spawned("42") as base_url:`` runs it so from Python,
-and the process ends with the block even if the caller dies.
+several ``--reply``, rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first
+user message) gets the k-th reply, cycling, on every call, so the rollouts of a task differ.
+``--until-stdin-closes`` serves until its stdin reaches end of file instead:
+``with spawned("42") as base_url:`` runs it so from Python, and the process ends with the block
+even if the caller dies.
 """
 
 from __future__ import annotations
@@ -437,9 +438,17 @@ def spawned(reply: str) -> Iterator[str]:
 
 
 def _per_rollout(replies: Sequence[str]) -> Script:
-    """Rollout k (the k-th distinct ``X-Session-ID``) gets ``replies[k % len(replies)]`` on every call."""
-    plans = PerRollout(*([reply] for reply in replies))
-    return lambda call: plans.plan(call.session)[0]
+    """Rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first user message)
+    gets ``replies[k % len(replies)]`` on every call."""
+    plans: dict[str, PerRollout] = {}
+    lock = threading.Lock()
+
+    def script(call: ChatCall) -> str:
+        with lock:
+            plan = plans.setdefault(call.prompt, PerRollout(*([reply] for reply in replies)))
+        return plan.plan(call.session)[0]
+
+    return script
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -452,7 +461,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--reply",
         action="append",
-        help="the text of every reply (default 'ok'); given several times, rollout k gets the k-th, cycling",
+        help="the text of every reply (default 'ok'); given several times, rollout k of each prompt gets the k-th, "
+        "cycling",
     )
     parser.add_argument(
         "--until-stdin-closes",
