@@ -5,9 +5,10 @@ against ``import numpy`` and ``import verifiers.v1``, with the interpreter's own
 measured the same way and subtracted. The first call (budget of issue #13: <= 0.5 s including
 imports): in a fresh process, from its first statement to the end of one ``Stepwise.batched``
 call on the budget batch of ``benchmarks/estimators.py`` (1,024 groups x 16 trajectories x 1-8
-turns), timed inside that process -- importing numpy and the package, the registry lookup of
-``get_estimator("stepwise")``, building and validating the ``RaggedBatch`` and the call; plus
-the whole process's wall time, interpreter start-up included. Prints medians in milliseconds.
+turns), wall and CPU time inside that process -- importing numpy and the package, the registry
+lookup of ``get_estimator("stepwise")``, building and validating the ``RaggedBatch`` and the
+call; plus the whole process's wall time, interpreter start-up included. Prints medians in
+milliseconds and the load average (the machine may be shared).
 
     python benchmarks/import_time.py [--repeats 15]
 """
@@ -25,14 +26,14 @@ BUDGET_S = 0.5
 
 FIRST_CALL = """
 import time
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 import numpy as np
 from verifiers_stepwise import RaggedBatch, get_estimator
 rng = np.random.default_rng(0)
 lengths = rng.integers(1, 9, 1024 * 16)
 batch = RaggedBatch(rng.random(int(lengths.sum())), lengths, np.full(1024, 16))
 get_estimator("stepwise", gamma=0.9).batched(batch)
-print(time.perf_counter() - start)
+print(time.perf_counter() - start, time.process_time() - cpu)
 """
 
 
@@ -45,15 +46,18 @@ def median_ms(code: str, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def first_call_ms(repeats: int) -> tuple[float, float]:
-    """Median (inside the process, whole process) wall time of a fresh process's first call."""
-    inside, whole = [], []
+def first_call_ms(repeats: int) -> tuple[float, float, float]:
+    """Medians of a fresh process's first call: wall and CPU time inside the process, and the
+    whole process's wall time."""
+    inside, cpu, whole = [], [], []
     for _ in range(repeats):
         start = time.perf_counter()
         result = subprocess.run([sys.executable, "-c", FIRST_CALL], check=True, capture_output=True, text=True)
         whole.append(time.perf_counter() - start)
-        inside.append(float(result.stdout))
-    return statistics.median(inside) * 1e3, statistics.median(whole) * 1e3
+        wall, used = map(float, result.stdout.split())
+        inside.append(wall)
+        cpu.append(used)
+    return tuple(statistics.median(x) * 1e3 for x in (inside, cpu, whole))
 
 
 def main() -> None:
@@ -65,14 +69,14 @@ def main() -> None:
     ours = median_ms("import verifiers_stepwise", args.repeats) - bare
     numpy = median_ms("import numpy", args.repeats) - bare
     verifiers = median_ms("import verifiers.v1", args.repeats) - bare
-    inside, whole = first_call_ms(args.repeats)
+    inside, cpu, whole = first_call_ms(args.repeats)
     print(f"import verifiers_stepwise: {ours:7.1f} ms")
     print(f"import numpy:              {numpy:7.1f} ms  ({numpy / max(ours, 0.1):.0f}x ours)")
     print(f"import verifiers.v1:       {verifiers:7.1f} ms  ({verifiers / max(ours, 0.1):.0f}x ours)")
     verdict = "within" if inside <= BUDGET_S * 1e3 else "OVER"
     print(
-        f"first call, fresh process: {inside:7.1f} ms imports included ({verdict} the {BUDGET_S * 1e3:.0f} ms budget); "
-        f"{whole:.1f} ms with interpreter start-up ({bare:.1f} ms bare)"
+        f"first call, fresh process: {inside:7.1f} ms imports included ({verdict} the {BUDGET_S * 1e3:.0f} ms budget), "
+        f"{cpu:.1f} ms of CPU; {whole:.1f} ms with interpreter start-up ({bare:.1f} ms bare)"
     )
 
 
