@@ -430,13 +430,12 @@ def test_reading_holds_per_trajectory_numbers_not_episodes(tmp_path):
     assert held / stats["episodes"] < 600
 
 
-def test_readme_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## `vf-stepwise`", 1)[1].split("\n## ", 1)[0]
+def test_doc_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
+    section = (Path(__file__).resolve().parents[1] / "docs" / "vf-stepwise.md").read_text()
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     shown = section.split("```\nread 1 file(s)", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README vf-stepwise", "exec"), {})
+    exec(compile(block, "docs/vf-stepwise.md", "exec"), {})
     monkeypatch.setenv("COLUMNS", "200")
     code, out, err = run(
         capsys,

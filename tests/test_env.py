@@ -1,4 +1,4 @@
-"""StepwiseMultiTurnEnv: the README's example env, per-turn rewards on the trace, limits,
+"""StepwiseMultiTurnEnv: the example env of docs/writing-envs.md, per-turn rewards on the trace, limits,
 faults, and what exclude_think does to the trace's branches."""
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.traces.turns import append_turn, read_turns, turn_samples, write_turn_advantages
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
-README = Path(__file__).resolve().parents[1] / "README.md"
+WRITING_ENVS = Path(__file__).resolve().parents[1] / "docs" / "writing-envs.md"
 
 
 @pytest.fixture(scope="module")
 def guess_env(tmp_path_factory):
-    """The README's example, written out as the module `guess_env` and imported."""
-    text = README.read_text()
-    section = text[text.index("## Write your own StepwiseMultiTurnEnv") :]
+    """The example of docs/writing-envs.md, written out as the module `guess_env` and imported."""
+    text = WRITING_ENVS.read_text()
+    section = text[text.index("## The env") :]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     root = tmp_path_factory.mktemp("example")
     (root / "guess_env.py").write_text(code)
@@ -57,7 +57,7 @@ def only_trace(group: list[vf.Episode]) -> vf.Trace:
     return trace
 
 
-async def test_the_readme_example_records_a_reward_per_turn(guess_env):
+async def test_the_documented_example_records_a_reward_per_turn(guess_env):
     script = {"Game 3": ["5", "2", "3"], "Game 7": ["1", "9", "8", "6"]}
     game3, game7 = await play(script, {"taskset": {"id": "guess-env"}})
     three, seven = only_trace(game3), only_trace(game7)

@@ -137,7 +137,7 @@ def test_per_turn_credit_learns_the_refinement_task():
 
 
 def test_pooled_discounting_flips_early_credit_on_outcome_rewards():
-    """Where discounting hurts (README): outcome-only rewards, γ = 0.4, pooled baseline.
+    """Where discounting hurts (docs/benchmarks.md): outcome-only rewards, γ = 0.4, pooled baseline.
 
     A successful episode's first-turn return γ^(T−1) is below the pooled mean once a few
     episodes of the group succeed, so its decisive first turn is pushed down; the per_turn

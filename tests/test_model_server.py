@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import httpx
 import openai
@@ -166,3 +171,55 @@ def test_runs_as_its_own_process_until_stdin_closes():
         body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
         reply = httpx.post(f"{base_url}/chat/completions", json=body).json()
         assert reply["choices"][0]["message"]["content"] == "hello there"
+
+
+def _serve(*args: str) -> subprocess.Popen:
+    """The documented command, detached from any terminal: stdin closed, as under ``nohup``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "verifiers_stepwise.testing.server", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _ask(base_url: str, session: str = "s", prompt: str = "anything") -> str:
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+    reply = httpx.post(f"{base_url}/chat/completions", json=body, headers={"X-Session-ID": session}, timeout=30)
+    return reply.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_command_serves_with_stdin_closed_until_a_signal(signum):
+    process = _serve("--reply", "42")
+    try:
+        base_url = process.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
+        time.sleep(0.5)  # stdin is at end of file: the server must not take that as its cue to stop
+        assert process.poll() is None
+        assert _ask(base_url) == "42"
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == 0, process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_command_honours_port_and_cycles_replies_over_each_prompts_rollouts():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = _serve("--port", str(port), "--reply", "40", "--reply", "42")
+    try:
+        base_url = process.stdout.readline().strip()
+        assert base_url == f"http://127.0.0.1:{port}/v1"
+        assert [_ask(base_url, s) for s in ("a", "b", "c", "a", "b")] == ["40", "42", "40", "40", "42"]
+        # Rollouts are counted per prompt: another task's first rollout gets the first reply.
+        assert [_ask(base_url, s, prompt="task 2") for s in ("d", "a", "d")] == ["40", "42", "40"]
+        taken = _serve("--port", str(port))
+        assert taken.wait(timeout=60) == 1
+        assert f"port {port}" in taken.stderr.read()
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0

@@ -12,22 +12,30 @@ Replies come from a script: a function from the request (:class:`ChatCall`) to a
 :class:`Reply`. :func:`scripted` builds one that answers per conversation — the conversation is
 recognised by its first user message, and its k-th model call (k = assistant messages already
 in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
-prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout. A reply is text, reasoning, tool calls, or one of
-the faults: ``http_500``, ``timeout`` (no answer until the server stops or ``hang_seconds``
-pass), ``malformed_json`` (a body or SSE event that is not JSON), ``empty`` (HTTP 200 with no
-body at all). A fault with ``times=n`` fires on the first n requests of its call and then the
-call is answered normally, which is how retries are exercised.
+prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout.
+A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``timeout`` (no
+answer until the server stops or ``hang_seconds`` pass), ``malformed_json`` (a body or SSE event
+that is not JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on
+the first n requests of its call and then the call is answered normally, which is how retries
+are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
 every message, completion tokens over the reply.
 
-As a separate process (benchmarks use this, so the server does not share their interpreter)::
+As a command (a local endpoint for ``vf-eval``; the benchmarks run it so too, so the server
+does not share their interpreter)::
 
-    python -m verifiers_stepwise.testing.server --reply "42"
+    python -m verifiers_stepwise.testing.server --port 8000 --reply 40 --reply 42
 
-prints its base URL on the first line of stdout and serves until its stdin closes;
-``with spawned("42") as base_url:`` runs it so from Python.
+prints its base URL (``http://127.0.0.1:8000/v1``) on the first line of stdout and serves until
+SIGINT (Ctrl-C) or SIGTERM, then shuts down and exits 0; it never reads stdin, so it runs under
+``nohup`` or with stdin closed. ``--port 0`` (the default) takes a free port from the OS. With
+several ``--reply``, rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first
+user message) gets the k-th reply, cycling, on every call, so the rollouts of a task differ.
+``--until-stdin-closes`` serves until its stdin reaches end of file instead:
+``with spawned("42") as base_url:`` runs it so from Python, and the process ends with the block
+even if the caller dies.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -162,12 +171,14 @@ class ModelServer:
         *,
         model: str = "scripted-model",
         hang_seconds: float = 60.0,
+        port: int = 0,
     ) -> None:
         self.script = script or (lambda call: "ok")
         self.model = model
         self.hang_seconds = hang_seconds
         self.requests: list[RecordedRequest] = []
-        self.port = 0
+        self.port = port
+        """The port asked for (0: one the OS picks); after ``start()``, the port served."""
         self._fired: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,11 +205,10 @@ class ModelServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, args=(ready,), name="model-server", daemon=True)
         self._thread.start()
-        ready.wait(30)
-        if self._error is not None:
-            raise RuntimeError(f"model server failed to start: {self._error}") from self._error
-        if not self.port:
+        if not ready.wait(30):
             raise RuntimeError("model server did not start within 30 s")
+        if self._error is not None:
+            raise RuntimeError(f"model server failed to start on port {self.port}: {self._error}") from self._error
         return self
 
     def stop(self) -> None:
@@ -240,7 +250,7 @@ class ModelServer:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
 
@@ -411,10 +421,13 @@ def _words(text: str) -> int:
 
 @contextlib.contextmanager
 def spawned(reply: str) -> Iterator[str]:
-    """Run ``python -m verifiers_stepwise.testing.server --reply <reply>`` in its own process and
-    yield its base URL; the process ends when the block does."""
+    """Run ``python -m verifiers_stepwise.testing.server --reply <reply> --until-stdin-closes`` in
+    its own process and yield its base URL; the process ends when the block does."""
     process = subprocess.Popen(
-        [sys.executable, "-m", __name__, "--reply", reply], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", __name__, "--reply", reply, "--until-stdin-closes"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         yield process.stdout.readline().strip()
@@ -424,15 +437,57 @@ def spawned(reply: str) -> Iterator[str]:
             raise RuntimeError(f"the model server process exited {process.returncode}")
 
 
+def _per_rollout(replies: Sequence[str]) -> Script:
+    """Rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first user message)
+    gets ``replies[k % len(replies)]`` on every call."""
+    plans: dict[str, PerRollout] = {}
+    lock = threading.Lock()
+
+    def script(call: ChatCall) -> str:
+        with lock:
+            plan = plans.setdefault(call.prompt, PerRollout(*([reply] for reply in replies)))
+        return plan.plan(call.session)[0]
+
+    return script
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description="A local OpenAI-compatible server answering every call with one reply."
+        prog="python -m verifiers_stepwise.testing.server",
+        description="A local OpenAI-compatible chat-completions server on 127.0.0.1 answering with fixed replies. "
+        "Prints its base URL on the first line, then serves until SIGINT or SIGTERM.",
     )
-    parser.add_argument("--reply", default="ok", help="the text of every reply")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one from the OS)")
+    parser.add_argument(
+        "--reply",
+        action="append",
+        help="the text of every reply (default 'ok'); given several times, rollout k of each prompt gets the k-th, "
+        "cycling",
+    )
+    parser.add_argument(
+        "--until-stdin-closes",
+        action="store_true",
+        help="serve until stdin reaches end of file instead of until a signal (how spawned() runs it)",
+    )
     args = parser.parse_args(argv)
-    with ModelServer(lambda call: args.reply) as server:
+    stop = threading.Event()
+    if not args.until_stdin_closes:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    server = ModelServer(_per_rollout(args.reply or ["ok"]), port=args.port)
+    try:
+        server.start()
+    except RuntimeError as error:  # e.g. the port is taken
+        parser.exit(1, f"error: {error}\n")
+    try:
         print(server.base_url, flush=True)
-        sys.stdin.read()
+        if args.until_stdin_closes:
+            sys.stdin.read()
+        else:
+            print("serving; stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            stop.wait()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""Smoke tests of benchmarks/estimators.py and benchmarks/import_time.py on tiny sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_estimators_benchmark_prints_budget_and_compiled_tables():
+    command = [sys.executable, str(ROOT / "benchmarks" / "estimators.py"), "--trajectories", "64"]
+    result = subprocess.run(
+        [*command, "--repeats", "1", "--python-repeats", "1"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "budget: 4 groups x 16 trajectories x 1-8 turns" in out
+    assert "compiled: 4 groups x 16 trajectories x 1-16 turns" in out
+    assert out.count("within") == 8  # every configuration, tiny batch
+    assert "19.30" in out  # the compiled kernels' published per_turn time is printed beside ours
+
+
+def test_estimators_benchmark_checks_numpy_against_plain_python():
+    bench = load("estimators")
+    rows = bench.run("budget", bench.Size(32, 16, 8), gamma=0.9, repeats=1, python_repeats=1)
+    assert {(r["aggregation"], r["baseline"]) for r in rows} == set(bench.COMPILED_MS)
+    assert all(r["numpy_ms"] > 0 and r["python_ms"] > 0 for r in rows)
+
+
+def test_first_call_is_timed_in_a_fresh_process():
+    inside, cpu, whole = load("import_time").first_call_ms(1)
+    assert 0 < inside < whole and cpu > 0
