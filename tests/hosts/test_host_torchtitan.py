@@ -33,7 +33,7 @@ from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
     TurnAdvantages,
-    turn_rewards,
+    env_turns,
 )
 from verifiers_stepwise.hosts.torchtitan_recipes import (
     StepwiseDapoMathEnv,
@@ -175,7 +175,7 @@ turn_spec = st.builds(
 def test_every_completion_token_carries_its_turns_advantage(spec, options):
     stepwise = component(**options)
     group = score(make_group(2, spec), stepwise)
-    rewards = [turn_rewards(rollout, "turn_reward") for rollout in group.rollouts]
+    rewards = [env_turns(rollout, "turn_reward")[0] for rollout in group.rollouts]
     expected = stepwise.estimator(rewards)  # the core, on the same rewards
 
     samples = builder(drop=False).build_from_group(rollout_group=group).training_samples
@@ -194,14 +194,14 @@ def test_every_completion_token_carries_its_turns_advantage(spec, options):
 
 def test_turn_rewards_follow_env_rewards_then_the_rubric_reward():
     rollout = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None), TurnSpec(0.5)], reward=1.0)
-    assert turn_rewards(rollout, "turn_reward") == [0.25, 0.0, 0.5]  # rubric reward unused
+    assert env_turns(rollout, "turn_reward")[0] == [0.25, 0.0, 0.5]  # rubric reward unused
     truncated = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None)], reward=-1.0)
-    assert turn_rewards(truncated, "turn_reward") == [0.25, -1.0]  # last turn: rubric reward
+    assert env_turns(truncated, "turn_reward")[0] == [0.25, -1.0]  # last turn: rubric reward
     plain = make_rollout(0, 0, [TurnSpec(None), TurnSpec(None)], reward=1.0)
-    assert turn_rewards(plain, "turn_reward") == [0.0, 1.0]
-    assert turn_rewards(plain, "other_key") == [0.0, 1.0]
+    assert env_turns(plain, "turn_reward")[0] == [0.0, 1.0]
+    assert env_turns(plain, "other_key")[0] == [0.0, 1.0]
     empty = Rollout(group_id=0, rollout_id=0, status=RolloutStatus.ERROR, reward=0.0)
-    assert turn_rewards(empty, "turn_reward") == [0.0]
+    assert env_turns(empty, "turn_reward")[0] == [0.0]
 
 
 def test_multi_turn_example_by_hand():

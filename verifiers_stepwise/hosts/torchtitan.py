@@ -2,13 +2,16 @@
 
 Shapes translated (checked against torchtitan 0.3.0 from PyPI):
 
-    RolloutGroup.rollouts[j].turns[t]                     (torchtitan rollout)
-      → r_{j,t} = turns[t].env_rewards[turn_reward_key]   when the env attached that reward;
-                  otherwise 0, except on the last turn, which falls back to rollout.reward
-                  (the rubric's score). A rollout whose env attaches no per-turn reward is
+    RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
+      → env turn t(k) = turns[k].env_rewards["turn_index"] when the rollout carries it (the
+        Verifiers rollouter: a verifiers turn whose model replied several times, e.g. around
+        tool calls, is several torchtitan turns of one env turn); otherwise t(k) = k
+      → r_{j,t} = env_rewards[turn_reward_key] of env turn t's turn that holds it; otherwise
+                  0, except on the last turn, which falls back to rollout.reward (the
+                  rubric's score). A rollout whose env attaches no per-turn reward is
                   therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
       → A_{j,t} from the estimator registered under ``estimator``
-      → TrainingSample.advantage: A_{j,t} on every completion token of turn t, 0.0 on
+      → TrainingSample.advantage: A_{j,t(k)} on every completion token of turn k, 0.0 on
         prompt and env tokens, in torchtitan's own packing of turns into samples.
 
 Two ``Configurable`` components, both needed:
@@ -44,7 +47,19 @@ from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts import estimator_from, score_turns
 
-__all__ = ["StepwiseAdvantage", "StepwiseTrainingSampleBuilder", "TurnAdvantages", "turn_rewards"]
+__all__ = [
+    "TURN_INDEX",
+    "TURN_REWARD",
+    "StepwiseAdvantage",
+    "StepwiseTrainingSampleBuilder",
+    "TurnAdvantages",
+    "env_turns",
+]
+
+TURN_REWARD = "turn_reward"
+"""The default ``RolloutTurn.env_rewards`` key of a turn's reward."""
+TURN_INDEX = "turn_index"
+"""The ``RolloutTurn.env_rewards`` key naming the env turn a torchtitan turn belongs to."""
 
 
 class TurnAdvantages(float):
@@ -69,20 +84,41 @@ class TurnAdvantages(float):
         return f"TurnAdvantages({list(self.per_turn)!r})"
 
 
-def turn_rewards(rollout: Rollout, key: str) -> list[float]:
-    """r_{j,t} of one scored rollout (see the module docstring for the rule).
+def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
+    """r_{j,t} of one scored rollout's env turns, and t(k) for each torchtitan turn k (see the
+    module docstring for the rule).
 
     A rollout with no turns (its env failed before the first generation) counts as one turn
     holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
+    Raises RewardError when the rollout has no reward, when only some turns name their env
+    turn, when env turns 0..T-1 are not all present, or when one env turn holds two rewards.
     """
+    where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
     if rollout.reward is None:
-        raise RewardError(
-            f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; "
-            "the rubric must score a group before its advantages are estimated"
+        raise RewardError(f"{where} has no reward; the rubric must score a group before its advantages are estimated")
+    turns = rollout.turns
+    if not turns:
+        return [rollout.reward], []
+    named = [TURN_INDEX in turn.env_rewards for turn in turns]
+    if not any(named):
+        last = len(turns) - 1
+        return [turn.env_rewards.get(key, rollout.reward if k == last else 0.0) for k, turn in enumerate(turns)], list(
+            range(len(turns))
         )
-    last = len(rollout.turns) - 1
-    rewards = [turn.env_rewards.get(key, rollout.reward if t == last else 0.0) for t, turn in enumerate(rollout.turns)]
-    return rewards or [rollout.reward]
+    if not all(named):
+        raise RewardError(f"{where}: turns {[k for k, n in enumerate(named) if not n]} name no {TURN_INDEX!r}")
+    index = [int(turn.env_rewards[TURN_INDEX]) for turn in turns]
+    count = max(index) + 1
+    if sorted(set(index)) != list(range(count)):
+        raise RewardError(f"{where}: env turns {sorted(set(range(count)) - set(index))} have no torchtitan turn")
+    rewards: list[float | None] = [None] * count
+    for t, turn in zip(index, turns):
+        if key in turn.env_rewards:
+            if rewards[t] is not None:
+                raise RewardError(f"{where}: env turn {t} holds two {key!r} values")
+            rewards[t] = turn.env_rewards[key]
+    last = index[-1]
+    return [rollout.reward if r is None and t == last else (r or 0.0) for t, r in enumerate(rewards)], index
 
 
 class StepwiseAdvantage(Configurable):
@@ -100,7 +136,7 @@ class StepwiseAdvantage(Configurable):
         """Fields of the estimator's own config (``--rollouter.advantage.options gamma 0.9``),
         validated by it; unset fields keep its defaults. ``scale="none"`` is Dr.GRPO,
         torchtitan's default; ``"std"`` its ``should_std_normalize=True``."""
-        turn_reward_key: str = "turn_reward"
+        turn_reward_key: str = TURN_REWARD
         """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
 
     def __init__(self, config: Config) -> None:
@@ -111,12 +147,15 @@ class StepwiseAdvantage(Configurable):
         """One ``TurnAdvantages`` per rollout, in group order."""
         if not group.rollouts:
             return []
-        rewards = [turn_rewards(rollout, self.turn_reward_key) for rollout in group.rollouts]
+        turns = [env_turns(rollout, self.turn_reward_key) for rollout in group.rollouts]
         try:
-            (advantages,) = score_turns(self.estimator, [rewards])
+            (advantages,) = score_turns(self.estimator, [[rewards for rewards, _ in turns]])
         except RewardError as error:
             raise RewardError(f"torchtitan group {group.group_id}: {error}") from None
-        return [TurnAdvantages(per_turn) for per_turn in advantages]
+        return [
+            TurnAdvantages([per_env_turn[t] for t in index] if index else per_env_turn)
+            for per_env_turn, (_, index) in zip(advantages, turns)
+        ]
 
 
 class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
