@@ -53,7 +53,9 @@ __all__ = [
     "StepwiseAdvantage",
     "StepwiseTrainingSampleBuilder",
     "TurnAdvantages",
+    "check_credit",
     "env_turns",
+    "stepwise_advantage",
 ]
 
 TURN_REWARD = "turn_reward"
@@ -158,6 +160,20 @@ class StepwiseAdvantage(Configurable):
         ]
 
 
+def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
+    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config:
+    ``options`` as given, the rest at the estimator's defaults.
+
+    What recipes use: tyro turns a dict default that is not empty into one flag per key, so
+    each field then has its own flag (``--rollouter.advantage.options.gamma 0.9``), where a
+    partial dict would offer flags for its own keys only.
+    """
+    from verifiers_stepwise.estimators.registry import get_estimator
+
+    full = get_estimator(estimator, **options).config.model_dump()
+    return StepwiseAdvantage.Config(estimator=estimator, options=full)
+
+
 class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
     """``AsyncLoopConfig.training_sample_builder``: turn t's completion tokens get A_{j,t}.
 
@@ -225,3 +241,22 @@ def _per_turn(rollout: Rollout) -> tuple[float, ...]:
     if len(advantage.per_turn) != max(len(rollout.turns), 1):
         raise ValueError(f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns")
     return advantage.per_turn
+
+
+def check_credit(config: object) -> None:
+    """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
+    ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
+    broadcasts turn 0's advantage to every turn; this builder rejects scalar advantages only
+    once the first group arrives). Reads ``config.rollouter.advantage`` and
+    ``config.async_loop.training_sample_builder``."""
+    from verifiers_stepwise.estimators.base import ConfigError
+
+    stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
+    builder = config.async_loop.training_sample_builder
+    if stepwise != isinstance(builder, StepwiseTrainingSampleBuilder.Config):
+        raise ConfigError(
+            f"rollouter.advantage is {type(config.rollouter.advantage).__qualname__} but "
+            f"async_loop.training_sample_builder is {type(builder).__qualname__}: per-turn advantages need "
+            "both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config "
+            "(verifiers_stepwise.hosts.torchtitan)"
+        )

@@ -73,7 +73,7 @@ VERIFIERS_REWARD = "verifiers_reward"
 ROUTE_HEADER = "X-Stepwise-Route"
 """Header naming which group's ``GenerateFn`` (train or validation) a request belongs to."""
 
-Scalar = str | int | float | bool
+Scalar = int | float | bool | str  # tyro tries each in order: "6" is 6, "True" True, "test" "test"
 
 
 def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
