@@ -28,6 +28,7 @@ from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseAdvantage, 
 from verifiers_stepwise.hosts.torchtitan_verifiers import (
     VERIFIERS_REWARD,
     VerifiersRollouter,
+    credit_rollout_turns,
     env_config,
     trace_to_turns,
 )
@@ -143,6 +144,14 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     first_attempt = group.rollouts[0].advantage.per_turn[0]
     assert first_attempt < 0  # the wrong first answer is discouraged
 
+    # PR #4356's view of the same episodes: only the last turn has a reward (the trace's)
+    for rollout in group.rollouts:
+        for turn in rollout.turns:
+            del turn.env_rewards[TURN_REWARD], turn.env_rewards["turn_index"]
+    assert [[t.env_rewards.get(VERIFIERS_REWARD, 0.0) for t in r.turns] for r in group.rollouts][0] == [0.0, 1.0]
+    last_turn_only = StepwiseAdvantage.Config(options={"scale": "none"}).build()(group)
+    assert last_turn_only[0].per_turn[0] > 0  # ... which would encourage the wrong first answer
+
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert len(built.training_samples) == 3  # each trace packs into one sample
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
@@ -252,6 +261,29 @@ def test_a_turn_without_sampled_tokens_is_an_error_not_a_lost_reward():
     episode.traces[0].info["turn_nodes"] = [[], [0, 2, 4]]  # malformed on purpose
     with pytest.raises(Exception, match="turn"):
         trace_to_turns(episode.traces[0], group_id=0, rollout_id=0)
+
+
+# -- the bridge for torchtitan main's own VerifiersRollouter (PR #4356) -----------------------
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_credit_rollout_turns_matches_this_rollouters_credit(fork):
+    (trace,) = tool_episode([0.0, 0.5, 1.0], fork=fork).traces
+    ours = trace_to_turns(trace, group_id=0, rollout_id=0)
+    theirs = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)  # turns, no credit
+    credit_rollout_turns(trace, theirs)
+    assert [t.env_rewards for t in theirs] == [t.env_rewards for t in ours]
+    with pytest.raises(ValueError, match="trace_to_rollout_turns changed"):
+        credit_rollout_turns(trace, theirs[1:])
+
+
+def test_the_bridge_says_it_needs_torchtitan_main():
+    import importlib.util
+
+    if importlib.util.find_spec("torchtitan.rl") is not None:
+        pytest.skip("torchtitan main is installed")
+    with pytest.raises(ImportError, match="PR #4356.*torchtitan main"):
+        import verifiers_stepwise.hosts.torchtitan_main  # noqa: F401
 
 
 @functools.cache

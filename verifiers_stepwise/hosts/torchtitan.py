@@ -39,10 +39,17 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from torchtitan.config import Configurable
-from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-from torchtitan.experiments.rl.observability import metrics as m
-from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
+
+try:  # torchtitan 0.3.0
+    from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+    from torchtitan.experiments.rl.observability import metrics as m
+    from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+    from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
+except ModuleNotFoundError:  # torchtitan main moved experiments.rl to rl (same classes; not run here)
+    from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
+    from torchtitan.rl.observability import metrics as m
+    from torchtitan.rl.rollout.types import Rollout, RolloutGroup
+    from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
 
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts import estimator_from, score_turns

@@ -36,7 +36,7 @@ import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import tyro
 from torchtitan.config import Configurable
@@ -58,11 +58,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTE_HEADER",
+    "Span",
     "VERIFIERS_REWARD",
     "VerifiersReward",
     "VerifiersRollouter",
     "VerifiersTasks",
+    "credit_rollout_turns",
+    "credit_turns",
     "env_config",
+    "sampled_spans",
     "trace_to_turns",
 ]
 
@@ -114,9 +118,6 @@ class VerifiersTasks(Configurable):
         self._shuffle = config.shuffle
         self._random = random.Random(config.seed)
         self._order: Iterator[dict[str, Any]] = iter(())
-
-    def __len__(self) -> int:
-        return len(self._tasks)
 
     def __next__(self) -> dict[str, Any]:
         try:
@@ -408,6 +409,36 @@ class _Route:
     sampling: Any
 
 
+class Span(NamedTuple):
+    """Sampled tokens ``[start, stop)`` of a branch's token stream, from node ``node``."""
+
+    node: int
+    branch: Any
+    start: int
+    stop: int
+
+
+def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]:
+    """Every contiguous run of sampled tokens, in branch then node order, each node once (in
+    the first branch that holds it): the order torchtitan's own ``trace_to_rollout_turns``
+    (PR #4356) emits turns in. ``trainable_only`` skips branches verifiers marks untrainable
+    (a rejected compaction attempt); PR #4356 walks them too."""
+    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
+    seen: set[int] = set()
+    spans: list[Span] = []
+    for branch in trace.branches:
+        if trainable_only and not branch.trainable:
+            continue
+        offset = 0
+        for node in branch.nodes:
+            i = index_of[id(node)]
+            if node.sampled and i not in seen:
+                seen.add(i)
+                spans += [Span(i, branch, offset + a, offset + b) for a, b in _runs(node.mask)]
+            offset += len(node.token_ids)
+    return spans
+
+
 def trace_to_turns(
     trace: vf.Trace,
     *,
@@ -416,54 +447,69 @@ def trace_to_turns(
     versions: tuple[int | None, int | None] = (None, None),
     per_turn: bool = True,
 ) -> list[RolloutTurn]:
-    """One trace's torchtitan turns: a ``RolloutTurn`` per contiguous span of sampled tokens,
-    in branch then node order, each node trained once; per-turn rewards as the module says
-    (none when ``per_turn`` is False).
-
-    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
-    turn that has a reward produced no sampled token (its reward would be lost).
-    """
-    turns = read_turns(trace) if per_turn else None
-    turn_of = {i: t for t, nodes in enumerate(turns.nodes) for i in nodes} if turns is not None else {}
-    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
-    trained: set[int] = set()
-    out: list[RolloutTurn] = []
-    for branch in trace.branches:
-        if not branch.trainable:
-            continue
-        token_ids, logprobs, offset = branch.token_ids, branch.logprobs, 0
-        for node in branch.nodes:
-            i = index_of[id(node)]
-            if node.sampled and i not in trained:
-                trained.add(i)
-                for start, stop in _spans(node.mask):
-                    a, b = offset + start, offset + stop
-                    rewards = {TURN_INDEX: float(turn_of[i])} if turns is not None else {}
-                    out.append(
-                        RolloutTurn(
-                            rollout_id=RolloutTurnID(group_id=group_id, rollout_id=rollout_id, turn_id=len(out)),
-                            prompt_token_ids=token_ids[:a],
-                            completion_token_ids=token_ids[a:b],
-                            completion_logprobs=logprobs[a:b],
-                            min_policy_version=versions[0],
-                            max_policy_version=versions[1],
-                            completion_message=node.message.model_dump(mode="json", exclude_none=True),
-                            env_rewards=rewards,
-                        )
-                    )
-            offset += len(node.token_ids)
-    if turns is not None:
-        last_span = {int(turn.env_rewards[TURN_INDEX]): turn for turn in out}
-        for t, reward in enumerate(turns.rewards):
-            if t not in last_span:
-                raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
-            last_span[t].env_rewards[TURN_REWARD] = reward
+    """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, credited by
+    ``credit_turns`` (unless ``per_turn`` is False); the trace reward on the last one."""
+    spans = sampled_spans(trace)
+    out = []
+    for span in spans:
+        tokens, logprobs = span.branch.token_ids, span.branch.logprobs
+        out.append(
+            RolloutTurn(
+                rollout_id=RolloutTurnID(group_id=group_id, rollout_id=rollout_id, turn_id=len(out)),
+                prompt_token_ids=tokens[: span.start],
+                completion_token_ids=tokens[span.start : span.stop],
+                completion_logprobs=logprobs[span.start : span.stop],
+                min_policy_version=versions[0],
+                max_policy_version=versions[1],
+                completion_message=trace.nodes[span.node].message.model_dump(mode="json", exclude_none=True),
+            )
+        )
+    if per_turn:
+        credit_turns(trace, out, [span.node for span in spans])
     if out:
         out[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
     return out
 
 
-def _spans(mask: list[bool]) -> Iterator[tuple[int, int]]:
+def credit_turns(trace: vf.Trace, turns: list[RolloutTurn], nodes: list[int]) -> None:
+    """Write each verifiers turn's reward on torchtitan turns made from ``trace``: turn k came
+    from sampled node ``nodes[k]``; it gets ``env_rewards["turn_index"]`` = the verifiers turn t
+    holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
+    = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
+
+    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
+    turn with a reward produced no sampled token (its reward would be lost)."""
+    turns_of_trace = read_turns(trace)
+    if turns_of_trace is None:
+        return
+    turn_of = {i: t for t, held in enumerate(turns_of_trace.nodes) for i in held}
+    last: dict[int, RolloutTurn] = {}
+    for turn, node in zip(turns, nodes, strict=True):
+        t = turn_of[node]
+        turn.env_rewards[TURN_INDEX] = float(t)
+        last[t] = turn
+    for t, reward in enumerate(turns_of_trace.rewards):
+        if t not in last:
+            raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
+        last[t].env_rewards[TURN_REWARD] = reward
+
+
+def credit_rollout_turns(trace: vf.Trace, turns: list[RolloutTurn]) -> None:
+    """``credit_turns`` for turns another converter made from ``trace`` (torchtitan main's
+    ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over every
+    branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
+    spans = sampled_spans(trace, trainable_only=False)
+    made = [turn.completion_token_ids for turn in turns]
+    expected = [span.branch.token_ids[span.start : span.stop] for span in spans]
+    if made != expected:
+        raise ValueError(
+            f"trace {trace.id}: {len(made)} torchtitan turns do not match its {len(expected)} sampled spans; "
+            "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan_verifiers"
+        )
+    credit_turns(trace, turns, [span.node for span in spans])
+
+
+def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:
     """Half-open runs of True in ``mask``."""
     k = 0
     for sampled, run in itertools.groupby(mask):
