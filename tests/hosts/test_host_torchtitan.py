@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import itertools
 import pickle
 from dataclasses import dataclass, field

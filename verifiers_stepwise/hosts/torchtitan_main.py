@@ -13,8 +13,12 @@ episodes in torchtitan but gives only a rollout's last turn a reward
   flag); pair it with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's
   ``async_loop.training_sample_builder``.
 
-Use it in place of ``VerifiersRollouter.Config`` in a torchtitan main recipe, e.g. its
-Verifiers DAPO-Math one (``--module verifiers.dapo_math``), keeping the other fields.
+``with_stepwise_credit(config)`` makes both changes to a torchtitan main recipe that uses
+``VerifiersRollouter``; ``rl_stepwise_dapo_qwen3_4b_verifiers_8k`` is torchtitan's own
+Verifiers DAPO-Math recipe so changed (a ``config_registry`` module)::
+
+    python -m torchtitan.rl.train --module verifiers_stepwise.hosts.torchtitan_main \\
+        --config rl_stepwise_dapo_qwen3_4b_verifiers_8k
 
 What was checked and what was not: the base class is looked up where torchtitan main has it
 (``torchtitan.rl.examples.verifiers.rollouter``, read at commit 986bd6e5) and where PR #4356
@@ -31,13 +35,13 @@ ImportError saying so). Nor was a GPU run made.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage, stepwise_advantage
+from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage, StepwiseTrainingSampleBuilder, stepwise_advantage
 from verifiers_stepwise.hosts.torchtitan_verifiers import credit_rollout_turns
 
-__all__ = ["StepwiseVerifiersRollouter"]
+__all__ = ["StepwiseVerifiersRollouter", "rl_stepwise_dapo_qwen3_4b_verifiers_8k", "with_stepwise_credit"]
 
 _BASES = (
     "torchtitan.rl.examples.verifiers.rollouter",  # torchtitan main
@@ -74,3 +78,24 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
         if trace.ok:  # an errored trace's turn data may stop mid-turn; it scores error_reward
             credit_rollout_turns(trace, turns)
         return turns
+
+
+def with_stepwise_credit(config: Any, **options: float | int | str | bool) -> Any:
+    """A torchtitan main ``Controller.Config`` whose rollouter is ``VerifiersRollouter``, with that
+    rollouter as ``StepwiseVerifiersRollouter`` (``options`` for the stepwise estimator) and
+    ``StepwiseTrainingSampleBuilder`` as its builder; every other field kept."""
+    rollouter = config.rollouter
+    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
+    return replace(
+        config,
+        rollouter=StepwiseVerifiersRollouter.Config(**kept, advantage=stepwise_advantage(**options)),
+        async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
+    )
+
+
+def rl_stepwise_dapo_qwen3_4b_verifiers_8k() -> Any:
+    """torchtitan main's ``rl_dapo_qwen3_4b_verifiers_8k`` with per-turn credit (Dr.GRPO centring,
+    as that recipe's default estimator)."""
+    from torchtitan.rl.examples.verifiers.dapo_math.config_registry import rl_dapo_qwen3_4b_verifiers_8k
+
+    return with_stepwise_credit(rl_dapo_qwen3_4b_verifiers_8k(), scale="none")

@@ -12,8 +12,9 @@ torchtitan's broadcasting builder after the CLI's overrides are applied. Importi
 module needs no GPU package; calling a recipe loads torchtitan's trainer, and a missing
 dependency of it (vLLM, Monarch, torchstore, triton, ...) is reported by name.
 
-``rl_stepwise_dapo_qwen3_4b_math`` is the same on torchtitan's native env: torchtitan's DAPO-Math recipe gives the model one attempt per problem. Here the model gets up
-to ``max_attempts``: each attempt is scored with torchtitan's own Math-Verify scorer and that
+``rl_stepwise_dapo_qwen3_4b_math`` does the same on torchtitan's native env. torchtitan's
+DAPO-Math recipe gives the model one attempt per problem; here the model gets up to
+``max_attempts``: each attempt is scored with torchtitan's own Math-Verify scorer and that
 score is the turn's reward (``env_rewards["turn_reward"]``); after a wrong answer the env asks
 for another attempt, after a right one the episode ends. Per-turn advantages then reach each
 attempt's tokens through ``StepwiseAdvantage`` and ``StepwiseTrainingSampleBuilder``.

@@ -171,9 +171,7 @@ class VerifiersRollouter(Rollouter):
         env_args: dict[str, Scalar] = field(default_factory=dict)
         """Fields of the env's ``[env]`` config (``max_turns``; dotted keys nest)."""
         train_dataset: VerifiersTasks.Config = field(default_factory=VerifiersTasks.Config)
-        validation_dataset: VerifiersTasks.Config = field(
-            default_factory=lambda: VerifiersTasks.Config(shuffle=False)
-        )
+        validation_dataset: VerifiersTasks.Config = field(default_factory=lambda: VerifiersTasks.Config(shuffle=False))
         rubric: Rubric.Config = field(
             default_factory=lambda: Rubric.Config(reward_fns=[VerifiersReward.Config()], error_reward=0.0)
         )
@@ -232,7 +230,9 @@ class VerifiersRollouter(Rollouter):
             address = await self._start_env_server(vf.resolve_env_config(self._env))
             client = EnvClient(address)
             await client.wait_for_server_startup(timeout=self.config.startup_timeout_s, interval=0.2)
-            model = self.config.renderer_model_name or getattr(getattr(renderer, "_tokenizer", None), "name_or_path", None)
+            model = self.config.renderer_model_name or getattr(
+                getattr(renderer, "_tokenizer", None), "name_or_path", None
+            )
             if not model or getattr(renderer, "config", None) is None:
                 raise ValueError(
                     f"{type(renderer).__name__} exposes no renderers config or tokenizer path; "
@@ -399,7 +399,9 @@ class VerifiersRollouter(Rollouter):
         versions.low = min(v for v in (versions.low, completion.min_policy_version) if v is not None)
         versions.high = max(v for v in (versions.high, completion.max_policy_version) if v is not None)
         versions.metrics.extend(completion.metrics)
-        return TokenReply(list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop")
+        return TokenReply(
+            list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop"
+        )
 
 
 @dataclass(eq=False)
