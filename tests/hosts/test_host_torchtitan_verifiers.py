@@ -295,3 +295,15 @@ def test_env_args_nest_by_dots_and_a_bad_env_fails_at_config_time():
     assert _env_block() == {"taskset": {"id": "stepwise-dapo-math", "limit": 5}, "max_turns": 6}
     with pytest.raises(Exception, match="max_turns"):
         VerifiersRollouter.Config(taskset="stepwise-dapo-math", env_args={"max_turns": 0})
+
+
+@pytest.mark.slow
+def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
+    rollouter = VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"max_turns": 2}).build()
+    sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
+    group, episodes = run_group(rollouter, renderer, {0: ["400", "391"], 1: ["391"]}, sample)
+    assert rollouter._server is None  # closed: the process was stopped and joined
+    assert [len(e.traces[0].info["turn_rewards"]) for e in episodes] == [2, 1]
+    assert score_group(episodes, "stepwise") == [list(r.advantage.per_turn) for r in group.rollouts]
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
