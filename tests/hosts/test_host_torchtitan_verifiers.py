@@ -13,7 +13,6 @@ its fields; its module imports vLLM).
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass
 
 import pytest
@@ -24,7 +23,12 @@ from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, Rollo
 from torchtitan.experiments.rl.types import Completion
 
 from verifiers_stepwise import get_estimator, score_group
-from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseAdvantage, StepwiseTrainingSampleBuilder
+from verifiers_stepwise.hosts.torchtitan import (
+    TURN_REWARD,
+    StepwiseAdvantage,
+    StepwiseTrainingSampleBuilder,
+    stepwise_advantage,
+)
 from verifiers_stepwise.hosts.torchtitan_verifiers import (
     VERIFIERS_REWARD,
     VerifiersRollouter,
@@ -286,15 +290,22 @@ def test_the_bridge_says_it_needs_torchtitan_main():
         import verifiers_stepwise.hosts.torchtitan_main  # noqa: F401
 
 
-@functools.cache
-def _env_block():
-    return env_config("stepwise-dapo-math", {"max_turns": 6, "taskset.limit": 5})
-
-
 def test_env_args_nest_by_dots_and_a_bad_env_fails_at_config_time():
-    assert _env_block() == {"taskset": {"id": "stepwise-dapo-math", "limit": 5}, "max_turns": 6}
+    block = env_config("stepwise-dapo-math", {"max_turns": 3, "taskset.limit": 100})
+    assert block == {"taskset": {"id": "stepwise-dapo-math", "limit": 100}, "max_turns": 3}
+    # docs/torchtitan.md's example
+    config = VerifiersRollouter.Config(
+        taskset="stepwise-dapo-math",
+        env_args={"max_turns": 3, "taskset.limit": 100},
+        advantage=stepwise_advantage(gamma=0.9, scale="none"),
+    )
+    assert len(config.build()._train_dataset._tasks) == 100
     with pytest.raises(Exception, match="max_turns"):
         VerifiersRollouter.Config(taskset="stepwise-dapo-math", env_args={"max_turns": 0})
+    with pytest.raises(Exception, match="limit"):
+        VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"taskset.limit": 2})  # no such field
+    with pytest.raises(ValueError, match="is a value"):
+        env_config("stepwise-refine", {"max_turns": 3, "max_turns.x": 1})
 
 
 @pytest.mark.slow
