@@ -318,3 +318,39 @@ def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     assert score_group(episodes, "stepwise") == [list(r.advantage.per_turn) for r in group.rollouts]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+_STARTS_AND_EXITS = """
+import asyncio, sys
+import tests.hosts.conftest
+from torchtitan.experiments.rl.renderer import RendererConfig
+from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
+rollouter = VerifiersRollouter.Config(taskset="stepwise-refine").build()
+renderer = RendererConfig(name="qwen3").build(tokenizer_path=qwen3_byte_tokenizer(sys.argv[1]))
+asyncio.run(rollouter._start(renderer))
+print(rollouter._server.pid, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_never_closes_the_rollouter_still_exits(tmp_path):
+    """torchtitan 0.3.0 never closes a rollouter: the spawned env server must not keep the
+    trainer's process from exiting (multiprocessing joins its children at exit)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTS_AND_EXITS, str(tmp_path / "tokenizer")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[-1])
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the env server is gone too

@@ -31,6 +31,7 @@ Checked against torchtitan 0.3.0 (``Rollouter``, ``RolloutTurn``, ``Rubric``) an
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import logging
 import random
@@ -214,7 +215,8 @@ class VerifiersRollouter(Rollouter):
         self._start_lock = asyncio.Lock()
         self._started: tuple[Any, vf.TrainClientConfig] | None = None
         self._endpoint: TokenEndpoint | None = None
-        self._server: Any = None
+        self._server: Any = None  # the env server's asyncio task or process
+        self._lifeline: Any = None  # this process's end of the spawned server's death pipe
 
     # -- lifecycle: started by the first group, in the controller's event loop -------------------
 
@@ -225,11 +227,6 @@ class VerifiersRollouter(Rollouter):
             import verifiers.v1 as vf
             from verifiers.v1.serve import EnvClient
 
-            self._endpoint = endpoint = TokenEndpoint(self._generate)
-            await endpoint.start()
-            address = await self._start_env_server(vf.resolve_env_config(self._env))
-            client = EnvClient(address)
-            await client.wait_for_server_startup(timeout=self.config.startup_timeout_s, interval=0.2)
             model = self.config.renderer_model_name or getattr(
                 getattr(renderer, "_tokenizer", None), "name_or_path", None
             )
@@ -238,6 +235,17 @@ class VerifiersRollouter(Rollouter):
                     f"{type(renderer).__name__} exposes no renderers config or tokenizer path; "
                     "set VerifiersRollouter.Config.renderer_model_name"
                 )
+            self._endpoint = endpoint = TokenEndpoint(self._generate)
+            client = None
+            try:
+                await endpoint.start()
+                client = EnvClient(await self._start_env_server(vf.resolve_env_config(self._env)))
+                await client.wait_for_server_startup(timeout=self.config.startup_timeout_s, interval=0.2)
+            except BaseException:
+                if client is not None:
+                    await client.close()
+                await self.close()
+                raise
             train_client = vf.TrainClientConfig(
                 base_url=endpoint.base_url, api_key_var="", renderer=renderer.config, renderer_model_name=model
             )
@@ -257,22 +265,28 @@ class VerifiersRollouter(Rollouter):
 
         context = multiprocessing.get_context("spawn")
         addresses = context.Queue()
+        # The server stops itself when this process dies (its end of the pipe closes), and is
+        # stopped at a normal exit: torchtitan 0.3.0 never closes a rollouter, and
+        # multiprocessing would otherwise wait for the server at exit, forever.
+        death_pipe, self._lifeline = context.Pipe(duplex=False)
         self._server = context.Process(
             target=serve_env,
             kwargs=dict(
                 max_workers=self.config.env_workers,
                 address="tcp://127.0.0.1:0",
                 address_queue=addresses,
+                death_pipe=death_pipe,
                 config_data=env_config_data(config),
             ),
             name="verifiers-env-server",
         )
         self._server.start()
-        return await asyncio.to_thread(addresses.get, True, self.config.startup_timeout_s)
+        atexit.register(self._server.terminate)
+        return await asyncio.to_thread(_address, self._server, addresses, self.config.startup_timeout_s)
 
     async def close(self) -> None:
         """Stop the env client, env server and endpoint (torchtitan 0.3.0 never calls this;
-        the spawned server also stops when this process exits)."""
+        a spawned server also stops when this process exits)."""
         started, self._started = self._started, None
         if started is not None:
             await started[0].close()
@@ -281,8 +295,10 @@ class VerifiersRollouter(Rollouter):
             server.cancel()
             await asyncio.gather(server, return_exceptions=True)
         elif server is not None:
+            atexit.unregister(server.terminate)
             server.terminate()
             await asyncio.to_thread(server.join, 10)
+            self._lifeline.close()
         if self._endpoint is not None:
             await self._endpoint.close()
 
@@ -402,6 +418,21 @@ class VerifiersRollouter(Rollouter):
         return TokenReply(
             list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop"
         )
+
+
+def _address(process: Any, addresses: Any, timeout: float) -> str:
+    """The address a spawned env server reports, or an error as soon as it dies."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return addresses.get(timeout=0.5)
+        except queue.Empty:
+            if not process.is_alive():
+                raise RuntimeError(f"the verifiers env server exited (code {process.exitcode}) before serving") from None
+    raise TimeoutError(f"the verifiers env server reported no address in {timeout}s")
 
 
 @dataclass(eq=False)
