@@ -19,8 +19,8 @@ from torchtitan.experiments.rl.components.training_sample_builder import Trainin
 from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 
 from verifiers_stepwise import ConfigError
-from verifiers_stepwise.hosts.torchtitan import StepwiseTrainingSampleBuilder, check_credit
-from verifiers_stepwise.hosts.torchtitan_recipes import GPU_ONLY, TrainerDependencyMissing
+from verifiers_stepwise.hosts import TrainerDependencyMissing
+from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, StepwiseTrainingSampleBuilder, check_credit
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
 
 SECTIONS = ["--module", "tests.hosts.titan_sections"]
@@ -71,7 +71,31 @@ def test_a_stepwise_advantage_with_torchtitans_builder_is_a_config_error():
 def test_the_real_recipe_names_the_missing_dependency(recipe):
     # The module imports (no "Cannot import module"); calling the recipe loads torchtitan's
     # trainer, whose first missing import here is cloudpickle or a GPU-only package.
-    with pytest.raises(TrainerDependencyMissing, match="not installed") as missing:
+    with pytest.raises(TrainerDependencyMissing, match="not installed in this environment") as missing:
         ConfigManager()._load_config(["--module", "verifiers_stepwise.hosts.torchtitan_recipes", "--config", recipe])
     assert importlib.util.find_spec(missing.value.name) is None
     assert repr(missing.value.name) in str(missing.value)
+
+
+_LOAD_THE_RECIPE = """
+from torchtitan.config.manager import ConfigManager
+args = ["--module", "verifiers_stepwise.hosts.torchtitan_recipes"]
+args += ["--config", "rl_stepwise_verifiers_dapo_qwen3_4b_math"]
+ConfigManager()._load_config(args)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM installed")
+def test_on_a_cpu_box_the_recipe_module_names_the_gpu_package_not_cannot_import_module():
+    """Outside these tests (no conftest), importing the recipe module runs torchtitan RL's
+    ``__init__``, which imports vLLM's stack (here triton is the first missing); torchtitan's
+    loader would report that ImportError as "Cannot import module"."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LOAD_THE_RECIPE], capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    prefix = "verifiers_stepwise.hosts.TrainerDependencyMissing: torchtitan needs "
+    assert any(last.startswith(f"{prefix}{name!r} (a GPU-only package") for name in GPU_ONLY), last
+    assert "Cannot import module" not in done.stderr

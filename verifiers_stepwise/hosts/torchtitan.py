@@ -38,23 +38,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from torchtitan.config import Configurable
-
-try:  # torchtitan 0.3.0
-    from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-    from torchtitan.experiments.rl.observability import metrics as m
-    from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-    from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-except ModuleNotFoundError:  # torchtitan main moved experiments.rl to rl (same classes; not run here)
-    from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
-    from torchtitan.rl.observability import metrics as m
-    from torchtitan.rl.rollout.types import Rollout, RolloutGroup
-    from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
-
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.hosts import estimator_from, score_turns
+from verifiers_stepwise.hosts import estimator_from, score_turns, trainer_imports
+
+GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
+"""Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
+
+with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    from torchtitan.config import Configurable
+
+    try:  # torchtitan 0.3.0
+        from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+        from torchtitan.experiments.rl.observability import metrics as m
+        from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+        from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
+    except ModuleNotFoundError as error:  # torchtitan main moved experiments.rl to rl (not run here)
+        if not (error.name or "").startswith("torchtitan.experiments"):
+            raise
+        from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
+        from torchtitan.rl.observability import metrics as m
+        from torchtitan.rl.rollout.types import Rollout, RolloutGroup
+        from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
 
 __all__ = [
+    "GPU_ONLY",
     "TURN_INDEX",
     "TURN_REWARD",
     "StepwiseAdvantage",

@@ -29,34 +29,34 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from renderers import Message
-from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
-from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
-from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
-from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
-from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
 
-from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage, StepwiseTrainingSampleBuilder, stepwise_advantage
+from verifiers_stepwise.hosts import trainer_imports
+from verifiers_stepwise.hosts.torchtitan import (
+    GPU_ONLY,
+    StepwiseAdvantage,
+    StepwiseTrainingSampleBuilder,
+    stepwise_advantage,
+)
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+
+with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
+    from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
+    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
+    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
+    from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
 
 if TYPE_CHECKING:
     from torchtitan.experiments.rl.controller import Controller
 
-GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
-"""Top-level packages torchtitan's RL trainer imports that only install on a CUDA machine."""
-
 __all__ = [
     "StepwiseDapoMathEnv",
     "StepwiseDapoMathRollouter",
-    "TrainerDependencyMissing",
     "rl_stepwise_dapo_qwen3_4b_math",
     "rl_stepwise_verifiers_dapo_qwen3_4b_math",
     "stepwise_verifiers_rollouter",
     "with_stepwise_attempts",
 ]
-
-
-class TrainerDependencyMissing(ModuleNotFoundError):
-    """A package torchtitan's RL trainer imports is not installed (often a GPU-only one)."""
 
 
 class StepwiseDapoMathEnv(DapoMathEnv):
@@ -177,19 +177,9 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
 
 def _torchtitan_dapo_recipe() -> tuple[Controller.Config, Any]:
     """torchtitan's 8K DAPO-Math config and ``stepwise_controller``, or TrainerDependencyMissing."""
-    try:
-        # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
+    # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
+    with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
         from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
 
         from verifiers_stepwise.hosts.torchtitan_controller import stepwise_controller
-    except ModuleNotFoundError as error:
-        root = (error.name or "").partition(".")[0]
-        if root.startswith(("torchtitan", "verifiers_stepwise")):
-            raise
-        kind = "a GPU-only package" if root in GPU_ONLY else "a dependency of torchtitan's RL trainer"
-        raise TrainerDependencyMissing(
-            f"torchtitan's RL trainer needs {root!r} ({kind}), which is not installed: install torchtitan's "
-            f"RL requirements ({', '.join(GPU_ONLY)} and the rest) on a CUDA machine to run this recipe",
-            name=root,
-        ) from error
     return rl_dapo_qwen3_4b_math_8k(), stepwise_controller

@@ -40,17 +40,20 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import tyro
-from torchtitan.config import Configurable
-from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
-from torchtitan.experiments.rl.rollout.rollouter import Rollouter
-from torchtitan.experiments.rl.rollout.types import GenerateFn, Rollout, RolloutGroup, RolloutStatus, RolloutTurn
-from torchtitan.experiments.rl.rubrics import RewardFn, Rubric
-from torchtitan.experiments.rl.types import RolloutTurnID
 
 from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.hosts import trainer_imports
 from verifiers_stepwise.hosts.token_endpoint import TokenEndpoint, TokenReply, TokenRequest
-from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage
+from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, TURN_INDEX, TURN_REWARD, StepwiseAdvantage
 from verifiers_stepwise.traces.turns import read_turns
+
+with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    from torchtitan.config import Configurable
+    from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
+    from torchtitan.experiments.rl.rollout.rollouter import Rollouter
+    from torchtitan.experiments.rl.rollout.types import GenerateFn, Rollout, RolloutGroup, RolloutStatus, RolloutTurn
+    from torchtitan.experiments.rl.rubrics import RewardFn, Rubric
+    from torchtitan.experiments.rl.types import RolloutTurnID
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -431,7 +434,9 @@ def _address(process: Any, addresses: Any, timeout: float) -> str:
             return addresses.get(timeout=0.5)
         except queue.Empty:
             if not process.is_alive():
-                raise RuntimeError(f"the verifiers env server exited (code {process.exitcode}) before serving") from None
+                raise RuntimeError(
+                    f"the verifiers env server exited (code {process.exitcode}) before serving"
+                ) from None
     raise TimeoutError(f"the verifiers env server reported no address in {timeout}s")
 
 
