@@ -117,7 +117,7 @@ def assert_each_turns_advantage_on_its_tokens(group, episodes, samples):
             if node.sampled:
                 tokens = [t for t, m in zip(node.token_ids, node.mask) if m]
                 expected += list(zip(tokens, node.advantages, strict=True))
-        assert trained == expected
+        assert trained and trained == expected
         assert all(a == 0.0 for s in mine for m, a in zip(s.loss_mask, s.advantage) if not m)
 
 

@@ -2,6 +2,10 @@
 
     prime_rl     prime-rl's orchestrator ``Algorithm`` (``[orchestrator.algo] type = "stepwise"``)
     torchtitan   torchtitan RL's advantage component and training-sample builder
+    torchtitan_verifiers   a torchtitan 0.3.0 rollouter that runs verifiers envs (token_endpoint:
+                 the local generate endpoint verifiers' train client calls)
+    torchtitan_main        the same credit for torchtitan main's own Verifiers rollouter
+    torchtitan_recipes     torchtitan config-registry recipes
     tinker       tinker-cookbook's ``compute_advantages`` / ``assemble_training_data``
 
 Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
