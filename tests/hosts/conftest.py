@@ -19,6 +19,7 @@ import textwrap
 
 import pytest
 
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: slower than ~5 s (the fast loop is -m 'not slow')")
 

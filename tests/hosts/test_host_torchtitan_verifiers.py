@@ -63,6 +63,7 @@ def scripted(renderer, plans: dict[int, list[str]]):
     stop = renderer.get_stop_token_ids()[0]
 
     async def generate(prompt_token_ids, *, request_id, routing_session_id=None, sampling_config=None):
+        generate.calls.append((request_id, routing_session_id, sampling_config))
         k = tokenizer.decode(prompt_token_ids).count("<|im_start|>assistant") - 1
         tokens = tokenizer.encode(plans[sampling_config.seed][k], add_special_tokens=False) + [stop]
         return Completion(
@@ -74,6 +75,7 @@ def scripted(renderer, plans: dict[int, list[str]]):
             finish_reason="stop",
         )
 
+    generate.calls = []
     return generate
 
 
@@ -88,10 +90,12 @@ def run_group(rollouter, renderer, plans, sample):
 
     rollouter.episode = spy
 
+    generate = scripted(renderer, plans)
+
     async def go():
         try:
             return await rollouter.run_group_rollouts(
-                generate_fn=scripted(renderer, plans),
+                generate_fn=generate,
                 sample=sample,
                 group_id=3,
                 group_size=len(plans),
@@ -102,7 +106,15 @@ def run_group(rollouter, renderer, plans, sample):
             await rollouter.close()
 
     group = asyncio.run(go())
-    return group, [episodes[j] for j in range(len(plans))]
+    episodes = [episodes[j] for j in range(len(plans))]
+    # Every generation went to torchtitan's GenerateFn with the group's sampling, the rollout's
+    # seed and its trace as the routing session (one generator's prefix cache per trace).
+    sessions = {e.traces[0].id: j for j, e in enumerate(episodes)}
+    assert len(generate.calls) == sum(len(e.traces[0].info.get("turn_rewards", [])) for e in episodes)
+    for request_id, session, sampling in generate.calls:
+        assert request_id.startswith(f"{session}/call=")
+        assert sampling == Sampling(seed=sessions[session], stop_token_ids=None)
+    return group, episodes
 
 
 def assert_each_turns_advantage_on_its_tokens(group, episodes, samples):
