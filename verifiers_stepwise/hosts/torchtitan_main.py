@@ -29,9 +29,10 @@ branch by branch, each node once, the order of ``sampled_spans(trace, trainable_
 ``credit_rollout_turns`` is tested on CPU against turns made in that order from real verifiers
 traces. It reads only what verifiers 0.3.x traces (which PR #4356 pins) also have, checked in
 the vendored verifiers a60a606: ``trace.info``, ``trace.branches`` with ``nodes``,
-``token_ids`` and ``logprobs``, and each node's ``sampled``, ``mask`` and ``token_ids``. This module itself was never imported here: it needs torchtitan main with PR #4356,
-and torchtitan 0.3.0, the newest release, has neither (importing it there raises
-ImportError saying so). Nor was a GPU run made.
+``token_ids`` and ``logprobs``, and each node's ``sampled``, ``mask`` and ``token_ids``.
+This module itself was never imported here: it needs torchtitan main with PR #4356, and
+torchtitan 0.3.0, the newest release, has neither (importing it there raises ImportError
+saying so). Nor was a GPU run made.
 """
 
 from __future__ import annotations
