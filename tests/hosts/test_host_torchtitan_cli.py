@@ -85,6 +85,7 @@ ConfigManager()._load_config(args)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM installed")
 def test_on_a_cpu_box_the_recipe_module_names_the_gpu_package_not_cannot_import_module():
     """Outside these tests (no conftest), importing the recipe module runs torchtitan RL's

@@ -173,7 +173,6 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 
 
-@pytest.mark.slow
 def test_refine_through_the_rollouter_with_gamma(renderer):
     rollouter = VerifiersRollouter.Config(
         taskset="stepwise-refine",
