@@ -100,3 +100,18 @@ def test_on_a_cpu_box_the_recipe_module_names_the_gpu_package_not_cannot_import_
     prefix = "verifiers_stepwise.hosts.TrainerDependencyMissing: torchtitan needs "
     assert any(last.startswith(f"{prefix}{name!r} (a GPU-only package") for name in GPU_ONLY), last
     assert "Cannot import module" not in done.stderr
+
+
+def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_errors():
+    from verifiers_stepwise.hosts import trainer_imports
+
+    with pytest.raises(TrainerDependencyMissing, match="'vllm' \\(a GPU-only package") as missing:
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            raise ModuleNotFoundError("No module named 'vllm.engine'", name="vllm.engine")
+    assert missing.value.name == "vllm" and not isinstance(missing.value, ImportError)
+    with pytest.raises(TrainerDependencyMissing, match="'cloudpickle' \\(not installed\\)"):
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            raise ModuleNotFoundError("No module named 'cloudpickle'", name="cloudpickle")
+    with pytest.raises(ModuleNotFoundError):  # a torchtitan layout change is torchtitan's error
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            import torchtitan.no_such_module  # noqa: F401
