@@ -421,3 +421,29 @@ def test_rollout_through_torchtitans_rollouter():
         credited = [a for a, trained in zip(sample.advantage, sample.loss_mask) if trained]
         lengths = [len(turn.completion_token_ids) for turn in rollout.turns]
         assert credited == [a for a, n in zip(per_turn, lengths) for _ in range(n)]
+
+
+def test_named_env_turns_are_checked_not_guessed():
+    """Torchtitan turns that name their env turn (``turn_index``, the Verifiers rollouter's)."""
+
+    def rollout(*turns: dict[str, float]) -> Rollout:
+        r = make_rollout(0, 0, [TurnSpec(None) for _ in turns], reward=1.0)
+        for turn, env_rewards in zip(r.turns, turns):
+            turn.env_rewards = env_rewards
+        return r
+
+    two_spans_then_one = rollout(
+        {"turn_index": 0}, {"turn_index": 0, "turn_reward": -1.0}, {"turn_index": 1, "turn_reward": 1.0}
+    )
+    assert env_turns(two_spans_then_one, "turn_reward") == ([-1.0, 1.0], [0, 0, 1])
+    bad = {
+        "name no": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_reward": 1.0}),
+        "have no torchtitan turn": rollout(
+            {"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 2, "turn_reward": 1.0}
+        ),
+        "hold no": rollout({"turn_index": 0}, {"turn_index": 1, "turn_reward": 1.0}),
+        "holds two": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 0, "turn_reward": 1.0}),
+    }
+    for what, r in bad.items():
+        with pytest.raises(RewardError, match=what):
+            env_turns(r, "turn_reward")

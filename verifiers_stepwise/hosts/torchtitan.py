@@ -6,8 +6,9 @@ Shapes translated (checked against torchtitan 0.3.0 from PyPI):
       → env turn t(k) = turns[k].env_rewards["turn_index"] when the rollout carries it (the
         Verifiers rollouter: a verifiers turn whose model replied several times, e.g. around
         tool calls, is several torchtitan turns of one env turn); otherwise t(k) = k
-      → r_{j,t} = env_rewards[turn_reward_key] of env turn t's turn that holds it; otherwise
-                  0, except on the last turn, which falls back to rollout.reward (the
+      → r_{j,t} = env_rewards[turn_reward_key] of the one turn of env turn t that holds it
+                  (every env turn must, when turns are named); without names, turn k's value
+                  or 0, except on the last turn, which falls back to rollout.reward (the
                   rubric's score). A rollout whose env attaches no per-turn reward is
                   therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
       → A_{j,t} from the estimator registered under ``estimator``
@@ -107,7 +108,7 @@ def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
     A rollout with no turns (its env failed before the first generation) counts as one turn
     holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
     Raises RewardError when the rollout has no reward, when only some turns name their env
-    turn, when env turns 0..T-1 are not all present, or when one env turn holds two rewards.
+    turn, when env turns 0..T-1 are not all present, or when an env turn holds no reward or two.
     """
     where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
     if rollout.reward is None:
@@ -133,8 +134,10 @@ def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
             if rewards[t] is not None:
                 raise RewardError(f"{where}: env turn {t} holds two {key!r} values")
             rewards[t] = turn.env_rewards[key]
-    last = index[-1]
-    return [rollout.reward if r is None and t == last else (r or 0.0) for t, r in enumerate(rewards)], index
+    unrewarded = [t for t, r in enumerate(rewards) if r is None]
+    if unrewarded:
+        raise RewardError(f"{where}: env turns {unrewarded} hold no {key!r}")
+    return rewards, index
 
 
 class StepwiseAdvantage(Configurable):
