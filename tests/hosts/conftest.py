@@ -19,6 +19,11 @@ import textwrap
 
 import pytest
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: slower than ~5 s (the fast loop is -m 'not slow')")
+
+
 _PACKAGE = "torchtitan.experiments.rl"
 
 if _PACKAGE not in sys.modules and importlib.util.find_spec("vllm") is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import itertools
 import pickle
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
     TurnAdvantages,
-    turn_rewards,
+    env_turns,
 )
 from verifiers_stepwise.hosts.torchtitan_recipes import (
     StepwiseDapoMathEnv,
@@ -175,7 +174,7 @@ turn_spec = st.builds(
 def test_every_completion_token_carries_its_turns_advantage(spec, options):
     stepwise = component(**options)
     group = score(make_group(2, spec), stepwise)
-    rewards = [turn_rewards(rollout, "turn_reward") for rollout in group.rollouts]
+    rewards = [env_turns(rollout, "turn_reward")[0] for rollout in group.rollouts]
     expected = stepwise.estimator(rewards)  # the core, on the same rewards
 
     samples = builder(drop=False).build_from_group(rollout_group=group).training_samples
@@ -194,14 +193,14 @@ def test_every_completion_token_carries_its_turns_advantage(spec, options):
 
 def test_turn_rewards_follow_env_rewards_then_the_rubric_reward():
     rollout = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None), TurnSpec(0.5)], reward=1.0)
-    assert turn_rewards(rollout, "turn_reward") == [0.25, 0.0, 0.5]  # rubric reward unused
+    assert env_turns(rollout, "turn_reward")[0] == [0.25, 0.0, 0.5]  # rubric reward unused
     truncated = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None)], reward=-1.0)
-    assert turn_rewards(truncated, "turn_reward") == [0.25, -1.0]  # last turn: rubric reward
+    assert env_turns(truncated, "turn_reward")[0] == [0.25, -1.0]  # last turn: rubric reward
     plain = make_rollout(0, 0, [TurnSpec(None), TurnSpec(None)], reward=1.0)
-    assert turn_rewards(plain, "turn_reward") == [0.0, 1.0]
-    assert turn_rewards(plain, "other_key") == [0.0, 1.0]
+    assert env_turns(plain, "turn_reward")[0] == [0.0, 1.0]
+    assert env_turns(plain, "other_key")[0] == [0.0, 1.0]
     empty = Rollout(group_id=0, rollout_id=0, status=RolloutStatus.ERROR, reward=0.0)
-    assert turn_rewards(empty, "turn_reward") == [0.0]
+    assert env_turns(empty, "turn_reward")[0] == [0.0]
 
 
 def test_multi_turn_example_by_hand():
@@ -424,19 +423,27 @@ def test_rollout_through_torchtitans_rollouter():
         assert credited == [a for a, n in zip(per_turn, lengths) for _ in range(n)]
 
 
-def test_train_cli_resolves_the_recipe_module():
-    from torchtitan.config.manager import ConfigManager
+def test_named_env_turns_are_checked_not_guessed():
+    """Torchtitan turns that name their env turn (``turn_index``, the Verifiers rollouter's)."""
 
-    args = ["--module", "verifiers_stepwise.hosts.torchtitan_recipes", "--config", "rl_stepwise_dapo_qwen3_4b_math"]
-    if importlib.util.find_spec("vllm") and importlib.util.find_spec("monarch"):
-        config, _ = ConfigManager()._load_config(args)
-        assert isinstance(config.rollouter, StepwiseDapoMathRollouter.Config)
-        assert isinstance(config.async_loop.training_sample_builder, StepwiseTrainingSampleBuilder.Config)
-    else:
-        # The manager imports this module and finds the function; running it loads
-        # torchtitan's own DAPO-Math recipe, whose vLLM/Monarch stack is not installed here.
-        with pytest.raises(ModuleNotFoundError) as missing:
-            ConfigManager()._load_config(args)
-        frames = [entry.name for entry in missing.traceback]
-        assert "rl_stepwise_dapo_qwen3_4b_math" in frames
-        assert not missing.value.name.startswith(("verifiers_stepwise", "torchtitan"))
+    def rollout(*turns: dict[str, float]) -> Rollout:
+        r = make_rollout(0, 0, [TurnSpec(None) for _ in turns], reward=1.0)
+        for turn, env_rewards in zip(r.turns, turns):
+            turn.env_rewards = env_rewards
+        return r
+
+    two_spans_then_one = rollout(
+        {"turn_index": 0}, {"turn_index": 0, "turn_reward": -1.0}, {"turn_index": 1, "turn_reward": 1.0}
+    )
+    assert env_turns(two_spans_then_one, "turn_reward") == ([-1.0, 1.0], [0, 0, 1])
+    bad = {
+        "name no": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_reward": 1.0}),
+        "have no torchtitan turn": rollout(
+            {"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 2, "turn_reward": 1.0}
+        ),
+        "hold no": rollout({"turn_index": 0}, {"turn_index": 1, "turn_reward": 1.0}),
+        "holds two": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 0, "turn_reward": 1.0}),
+    }
+    for what, r in bad.items():
+        with pytest.raises(RewardError, match=what):
+            env_turns(r, "turn_reward")

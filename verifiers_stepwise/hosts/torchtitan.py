@@ -2,13 +2,17 @@
 
 Shapes translated (checked against torchtitan 0.3.0 from PyPI):
 
-    RolloutGroup.rollouts[j].turns[t]                     (torchtitan rollout)
-      → r_{j,t} = turns[t].env_rewards[turn_reward_key]   when the env attached that reward;
-                  otherwise 0, except on the last turn, which falls back to rollout.reward
-                  (the rubric's score). A rollout whose env attaches no per-turn reward is
+    RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
+      → env turn t(k) = turns[k].env_rewards["turn_index"] when the rollout carries it (the
+        Verifiers rollouter: a verifiers turn whose model replied several times, e.g. around
+        tool calls, is several torchtitan turns of one env turn); otherwise t(k) = k
+      → r_{j,t} = env_rewards[turn_reward_key] of the one turn of env turn t that holds it
+                  (every env turn must, when turns are named); without names, turn k's value
+                  or 0, except on the last turn, which falls back to rollout.reward (the
+                  rubric's score). A rollout whose env attaches no per-turn reward is
                   therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
       → A_{j,t} from the estimator registered under ``estimator``
-      → TrainingSample.advantage: A_{j,t} on every completion token of turn t, 0.0 on
+      → TrainingSample.advantage: A_{j,t(k)} on every completion token of turn k, 0.0 on
         prompt and env tokens, in torchtitan's own packing of turns into samples.
 
 Two ``Configurable`` components, both needed:
@@ -35,16 +39,44 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from torchtitan.config import Configurable
-from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-from torchtitan.experiments.rl.observability import metrics as m
-from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.hosts import estimator_from, score_turns
+from verifiers_stepwise.hosts import estimator_from, score_turns, trainer_imports
 
-__all__ = ["StepwiseAdvantage", "StepwiseTrainingSampleBuilder", "TurnAdvantages", "turn_rewards"]
+GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
+"""Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
+
+with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    from torchtitan.config import Configurable
+
+    try:  # torchtitan 0.3.0
+        from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+        from torchtitan.experiments.rl.observability import metrics as m
+        from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+        from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
+    except ModuleNotFoundError as error:  # torchtitan main moved experiments.rl to rl (not run here)
+        if not (error.name or "").startswith("torchtitan.experiments"):
+            raise
+        from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
+        from torchtitan.rl.observability import metrics as m
+        from torchtitan.rl.rollout.types import Rollout, RolloutGroup
+        from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
+
+__all__ = [
+    "GPU_ONLY",
+    "TURN_INDEX",
+    "TURN_REWARD",
+    "StepwiseAdvantage",
+    "StepwiseTrainingSampleBuilder",
+    "TurnAdvantages",
+    "check_credit",
+    "env_turns",
+    "stepwise_advantage",
+]
+
+TURN_REWARD = "turn_reward"
+"""The default ``RolloutTurn.env_rewards`` key of a turn's reward."""
+TURN_INDEX = "turn_index"
+"""The ``RolloutTurn.env_rewards`` key naming the env turn a torchtitan turn belongs to."""
 
 
 class TurnAdvantages(float):
@@ -69,20 +101,43 @@ class TurnAdvantages(float):
         return f"TurnAdvantages({list(self.per_turn)!r})"
 
 
-def turn_rewards(rollout: Rollout, key: str) -> list[float]:
-    """r_{j,t} of one scored rollout (see the module docstring for the rule).
+def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
+    """r_{j,t} of one scored rollout's env turns, and t(k) for each torchtitan turn k (see the
+    module docstring for the rule).
 
     A rollout with no turns (its env failed before the first generation) counts as one turn
     holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
+    Raises RewardError when the rollout has no reward, when only some turns name their env
+    turn, when env turns 0..T-1 are not all present, or when an env turn holds no reward or two.
     """
+    where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
     if rollout.reward is None:
-        raise RewardError(
-            f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; "
-            "the rubric must score a group before its advantages are estimated"
+        raise RewardError(f"{where} has no reward; the rubric must score a group before its advantages are estimated")
+    turns = rollout.turns
+    if not turns:
+        return [rollout.reward], []
+    named = [TURN_INDEX in turn.env_rewards for turn in turns]
+    if not any(named):
+        last = len(turns) - 1
+        return [turn.env_rewards.get(key, rollout.reward if k == last else 0.0) for k, turn in enumerate(turns)], list(
+            range(len(turns))
         )
-    last = len(rollout.turns) - 1
-    rewards = [turn.env_rewards.get(key, rollout.reward if t == last else 0.0) for t, turn in enumerate(rollout.turns)]
-    return rewards or [rollout.reward]
+    if not all(named):
+        raise RewardError(f"{where}: turns {[k for k, n in enumerate(named) if not n]} name no {TURN_INDEX!r}")
+    index = [int(turn.env_rewards[TURN_INDEX]) for turn in turns]
+    count = max(index) + 1
+    if sorted(set(index)) != list(range(count)):
+        raise RewardError(f"{where}: env turns {sorted(set(range(count)) - set(index))} have no torchtitan turn")
+    rewards: list[float | None] = [None] * count
+    for t, turn in zip(index, turns):
+        if key in turn.env_rewards:
+            if rewards[t] is not None:
+                raise RewardError(f"{where}: env turn {t} holds two {key!r} values")
+            rewards[t] = turn.env_rewards[key]
+    unrewarded = [t for t, r in enumerate(rewards) if r is None]
+    if unrewarded:
+        raise RewardError(f"{where}: env turns {unrewarded} hold no {key!r}")
+    return rewards, index
 
 
 class StepwiseAdvantage(Configurable):
@@ -100,7 +155,7 @@ class StepwiseAdvantage(Configurable):
         """Fields of the estimator's own config (``--rollouter.advantage.options gamma 0.9``),
         validated by it; unset fields keep its defaults. ``scale="none"`` is Dr.GRPO,
         torchtitan's default; ``"std"`` its ``should_std_normalize=True``."""
-        turn_reward_key: str = "turn_reward"
+        turn_reward_key: str = TURN_REWARD
         """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
 
     def __init__(self, config: Config) -> None:
@@ -111,12 +166,29 @@ class StepwiseAdvantage(Configurable):
         """One ``TurnAdvantages`` per rollout, in group order."""
         if not group.rollouts:
             return []
-        rewards = [turn_rewards(rollout, self.turn_reward_key) for rollout in group.rollouts]
+        turns = [env_turns(rollout, self.turn_reward_key) for rollout in group.rollouts]
         try:
-            (advantages,) = score_turns(self.estimator, [rewards])
+            (advantages,) = score_turns(self.estimator, [[rewards for rewards, _ in turns]])
         except RewardError as error:
             raise RewardError(f"torchtitan group {group.group_id}: {error}") from None
-        return [TurnAdvantages(per_turn) for per_turn in advantages]
+        return [
+            TurnAdvantages([per_env_turn[t] for t in index] if index else per_env_turn)
+            for per_env_turn, (_, index) in zip(advantages, turns)
+        ]
+
+
+def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
+    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config:
+    ``options`` as given, the rest at the estimator's defaults.
+
+    What recipes use: tyro turns a dict default that is not empty into one flag per key, so
+    each field then has its own flag (``--rollouter.advantage.options.gamma 0.9``), where a
+    partial dict would offer flags for its own keys only.
+    """
+    from verifiers_stepwise.estimators.registry import get_estimator
+
+    full = get_estimator(estimator, **options).config.model_dump()
+    return StepwiseAdvantage.Config(estimator=estimator, options=full)
 
 
 class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
@@ -186,3 +258,22 @@ def _per_turn(rollout: Rollout) -> tuple[float, ...]:
     if len(advantage.per_turn) != max(len(rollout.turns), 1):
         raise ValueError(f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns")
     return advantage.per_turn
+
+
+def check_credit(config: object) -> None:
+    """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
+    ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
+    broadcasts turn 0's advantage to every turn; this builder rejects scalar advantages only
+    once the first group arrives). Reads ``config.rollouter.advantage`` and
+    ``config.async_loop.training_sample_builder``."""
+    from verifiers_stepwise.estimators.base import ConfigError
+
+    stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
+    builder = config.async_loop.training_sample_builder
+    if stepwise != isinstance(builder, StepwiseTrainingSampleBuilder.Config):
+        raise ConfigError(
+            f"rollouter.advantage is {type(config.rollouter.advantage).__qualname__} but "
+            f"async_loop.training_sample_builder is {type(builder).__qualname__}: per-turn advantages need "
+            "both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config "
+            "(verifiers_stepwise.hosts.torchtitan)"
+        )

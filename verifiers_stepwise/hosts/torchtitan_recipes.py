@@ -2,10 +2,19 @@
 
     python -m torchtitan.experiments.rl.train \\
         --module verifiers_stepwise.hosts.torchtitan_recipes \\
-        --config rl_stepwise_dapo_qwen3_4b_math
+        --config rl_stepwise_verifiers_dapo_qwen3_4b_math      # or rl_stepwise_dapo_qwen3_4b_math
 
-torchtitan's DAPO-Math recipe gives the model one attempt per problem. Here the model gets up
-to ``max_attempts``: each attempt is scored with torchtitan's own Math-Verify scorer and that
+``rl_stepwise_verifiers_dapo_qwen3_4b_math`` runs this package's ``stepwise-dapo-math``
+verifiers env in refine mode (``max_turns`` attempts) through ``VerifiersRollouter``; any
+verifiers env works the same way (``--rollouter.taskset stepwise-refine``). Both recipes
+return a ``StepwiseController.Config``, which refuses a stepwise advantage paired with
+torchtitan's broadcasting builder after the CLI's overrides are applied. Importing this
+module needs no GPU package; calling a recipe loads torchtitan's trainer, and a missing
+dependency of it (vLLM, Monarch, torchstore, triton, ...) is reported by name.
+
+``rl_stepwise_dapo_qwen3_4b_math`` does the same on torchtitan's native env. torchtitan's
+DAPO-Math recipe gives the model one attempt per problem; here the model gets up to
+``max_attempts``: each attempt is scored with torchtitan's own Math-Verify scorer and that
 score is the turn's reward (``env_rewards["turn_reward"]``); after a wrong answer the env asks
 for another attempt, after a right one the episode ends. Per-turn advantages then reach each
 attempt's tokens through ``StepwiseAdvantage`` and ``StepwiseTrainingSampleBuilder``.
@@ -17,16 +26,25 @@ validates on (so validation reward here means "solved within ``max_attempts``").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from renderers import Message
-from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
-from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
-from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
-from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
-from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
 
-from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage, StepwiseTrainingSampleBuilder
+from verifiers_stepwise.hosts import trainer_imports
+from verifiers_stepwise.hosts.torchtitan import (
+    GPU_ONLY,
+    StepwiseAdvantage,
+    StepwiseTrainingSampleBuilder,
+    stepwise_advantage,
+)
+from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+
+with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
+    from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
+    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
+    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
+    from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
 
 if TYPE_CHECKING:
     from torchtitan.experiments.rl.controller import Controller
@@ -35,6 +53,8 @@ __all__ = [
     "StepwiseDapoMathEnv",
     "StepwiseDapoMathRollouter",
     "rl_stepwise_dapo_qwen3_4b_math",
+    "rl_stepwise_verifiers_dapo_qwen3_4b_math",
+    "stepwise_verifiers_rollouter",
     "with_stepwise_attempts",
 ]
 
@@ -85,9 +105,11 @@ class StepwiseDapoMathRollouter(DapoMathRollouter):
             default_factory=lambda: TokenEnv.Config(max_rollout_tokens=10240, max_num_turns=4)
         )
         # Dr.GRPO centring, as torchtitan's DAPO-Math recipe uses (should_std_normalize=False).
-        advantage: StepwiseAdvantage.Config = field(
-            default_factory=lambda: StepwiseAdvantage.Config(options={"scale": "none"})
-        )
+        advantage: StepwiseAdvantage.Config = field(default_factory=lambda: stepwise_advantage(scale="none"))
+
+        def __post_init__(self) -> None:
+            # The turn cap follows the attempts (``--rollouter.message_env.max_attempts 6``).
+            self.token_env = replace(self.token_env, max_num_turns=self.message_env.max_attempts)
 
 
 def with_stepwise_attempts(
@@ -107,10 +129,20 @@ def with_stepwise_attempts(
             validation_dataset=rollouter.validation_dataset,
             rubric=rollouter.rubric,
             message_env=StepwiseDapoMathEnv.Config(max_attempts=max_attempts),
-            token_env=replace(rollouter.token_env, max_num_turns=max_attempts),
+            token_env=rollouter.token_env,  # its max_num_turns follows max_attempts
         ),
         async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
         generator=replace(generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)),
+    )
+
+
+def stepwise_verifiers_rollouter(*, max_turns: int = 4) -> VerifiersRollouter.Config:
+    """``stepwise-dapo-math`` in refine mode: up to ``max_turns`` attempts, each scored by the
+    env (±1) as that turn's reward; Dr.GRPO centring like torchtitan's DAPO-Math recipe."""
+    return VerifiersRollouter.Config(
+        taskset="stepwise-dapo-math",
+        env_args={"max_turns": max_turns},
+        advantage=stepwise_advantage(scale="none"),
     )
 
 
@@ -120,10 +152,34 @@ def rl_stepwise_dapo_qwen3_4b_math() -> Controller.Config:
     torchtitan's own 8K single-attempt recipe on one node (one TP=2 trainer, six TP=1
     generators), made stepwise with ``with_stepwise_attempts``.
     """
-    # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
-    from torchtitan.experiments.rl.examples.dapo_math.config_registry import (
-        rl_dapo_qwen3_4b_math_8k,
-    )
+    base, stepwise_controller = _torchtitan_dapo_recipe()
+    config = with_stepwise_attempts(base)
+    return stepwise_controller(replace(config, dump_folder="outputs/rl/qwen3_4b_stepwise_dapo_math"))
 
-    config = with_stepwise_attempts(rl_dapo_qwen3_4b_math_8k())
-    return replace(config, dump_folder="outputs/rl/qwen3_4b_stepwise_dapo_math")
+
+def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
+    """Qwen3-4B-Base on this package's ``stepwise-dapo-math`` verifiers env, four attempts.
+
+    torchtitan's 8K DAPO-Math recipe (model, trainer, generators, loss) with its rollout path
+    replaced by ``VerifiersRollouter`` and its builder by ``StepwiseTrainingSampleBuilder``;
+    each attempt samples up to 2K tokens. Validation runs the same taskset, unshuffled.
+    """
+    base, stepwise_controller = _torchtitan_dapo_recipe()
+    config = replace(
+        base,
+        rollouter=stepwise_verifiers_rollouter(),
+        async_loop=replace(base.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
+        generator=replace(base.generator, sampling=replace(base.generator.sampling, max_tokens=2048)),
+        dump_folder="outputs/rl/qwen3_4b_stepwise_verifiers_dapo_math",
+    )
+    return stepwise_controller(config)
+
+
+def _torchtitan_dapo_recipe() -> tuple[Controller.Config, Any]:
+    """torchtitan's 8K DAPO-Math config and ``stepwise_controller``, or TrainerDependencyMissing."""
+    # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
+    with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+        from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
+
+        from verifiers_stepwise.hosts.torchtitan_controller import stepwise_controller
+    return rl_dapo_qwen3_4b_math_8k(), stepwise_controller

@@ -1,0 +1,117 @@
+"""The torchtitan recipes: CLI overrides through torchtitan's own ConfigManager, turn caps,
+the credit check and the report of a missing GPU-only dependency.
+
+``ConfigManager`` (torchtitan 0.3.0) is real; what it parses here is the recipes' rollouter
+section (``tests/hosts/titan_sections.py``, built by the recipes' own functions), because a
+recipe's full ``Controller.Config`` needs vLLM and Monarch. ``parse`` is ``parse_args`` without
+its last step (``_validate_config`` checks the model checkpoint path, a Controller field).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import tyro
+from torchtitan.config.manager import ConfigManager, custom_registry
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
+
+from verifiers_stepwise import ConfigError
+from verifiers_stepwise.hosts import TrainerDependencyMissing
+from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, StepwiseTrainingSampleBuilder, check_credit
+from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+
+SECTIONS = ["--module", "tests.hosts.titan_sections"]
+
+
+def parse(*argv: str):
+    loaded, args = ConfigManager()._load_config([*SECTIONS, *argv])
+    return tyro.cli(type(loaded), args=args, default=loaded, registry=custom_registry)
+
+
+def test_estimator_options_and_env_args_override_the_verifiers_recipe():
+    config = parse(
+        "--config", "verifiers_rollouter", "--advantage.options.gamma", "0.9",
+        "--advantage.options.baseline", "per_turn", "--env_args.max_turns", "6", "--taskset", "stepwise-refine",
+    )  # fmt: skip
+    assert isinstance(config, VerifiersRollouter.Config) and config.taskset == "stepwise-refine"
+    assert config.env_args == {"max_turns": 6}
+    estimator = config.advantage.build().estimator.config
+    assert (estimator.gamma, estimator.baseline, estimator.scale) == (0.9, "per_turn", "none")
+
+
+def test_max_attempts_sets_the_turn_cap_of_the_native_recipe():
+    config = parse("--config", "native_rollouter", "--message_env.max_attempts", "6")
+    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (6, 6)
+    assert parse("--config", "native_rollouter").token_env.max_num_turns == 4
+    assert parse("--config", "native_rollouter", "--advantage.options.gamma", "0.8").advantage.options["gamma"] == 0.8
+
+
+def controller(advantage, builder):
+    """The two fields of a ``Controller.Config`` that ``check_credit`` reads."""
+    return SimpleNamespace(
+        rollouter=SimpleNamespace(advantage=advantage), async_loop=SimpleNamespace(training_sample_builder=builder)
+    )
+
+
+def test_a_stepwise_advantage_with_torchtitans_builder_is_a_config_error():
+    stepwise = VerifiersRollouter.Config(taskset="stepwise-refine").advantage
+    with pytest.raises(ConfigError, match="broadcast|StepwiseTrainingSampleBuilder"):
+        check_credit(controller(stepwise, TrainingSampleBuilder.Config()))
+    with pytest.raises(ConfigError, match="StepwiseAdvantage"):
+        check_credit(controller(AdvantageEstimator.Config(), StepwiseTrainingSampleBuilder.Config()))
+    check_credit(controller(stepwise, StepwiseTrainingSampleBuilder.Config()))
+    check_credit(controller(AdvantageEstimator.Config(), TrainingSampleBuilder.Config()))
+
+
+@pytest.mark.skipif(all(importlib.util.find_spec(name) for name in GPU_ONLY), reason="GPU stack installed")
+@pytest.mark.parametrize("recipe", ["rl_stepwise_dapo_qwen3_4b_math", "rl_stepwise_verifiers_dapo_qwen3_4b_math"])
+def test_the_real_recipe_names_the_missing_dependency(recipe):
+    # The module imports (no "Cannot import module"); calling the recipe loads torchtitan's
+    # trainer, whose first missing import here is cloudpickle or a GPU-only package.
+    with pytest.raises(TrainerDependencyMissing, match="not installed in this environment") as missing:
+        ConfigManager()._load_config(["--module", "verifiers_stepwise.hosts.torchtitan_recipes", "--config", recipe])
+    assert importlib.util.find_spec(missing.value.name) is None
+    assert repr(missing.value.name) in str(missing.value)
+
+
+_LOAD_THE_RECIPE = """
+from torchtitan.config.manager import ConfigManager
+args = ["--module", "verifiers_stepwise.hosts.torchtitan_recipes"]
+args += ["--config", "rl_stepwise_verifiers_dapo_qwen3_4b_math"]
+ConfigManager()._load_config(args)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM installed")
+def test_on_a_cpu_box_the_recipe_module_names_the_gpu_package_not_cannot_import_module():
+    """Outside these tests (no conftest), importing the recipe module runs torchtitan RL's
+    ``__init__``, which imports vLLM's stack (here triton is the first missing); torchtitan's
+    loader would report that ImportError as "Cannot import module"."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LOAD_THE_RECIPE], capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    prefix = "verifiers_stepwise.hosts.TrainerDependencyMissing: torchtitan needs "
+    assert any(last.startswith(f"{prefix}{name!r} (a GPU-only package") for name in GPU_ONLY), last
+    assert "Cannot import module" not in done.stderr
+
+
+def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_errors():
+    from verifiers_stepwise.hosts import trainer_imports
+
+    with pytest.raises(TrainerDependencyMissing, match="'vllm' \\(a GPU-only package") as missing:
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            raise ModuleNotFoundError("No module named 'vllm.engine'", name="vllm.engine")
+    assert missing.value.name == "vllm" and not isinstance(missing.value, ImportError)
+    with pytest.raises(TrainerDependencyMissing, match="'cloudpickle' \\(not installed\\)"):
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            raise ModuleNotFoundError("No module named 'cloudpickle'", name="cloudpickle")
+    with pytest.raises(ModuleNotFoundError):  # a torchtitan layout change is torchtitan's error
+        with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+            import torchtitan.no_such_module  # noqa: F401

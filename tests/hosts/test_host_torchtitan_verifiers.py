@@ -1,0 +1,367 @@
+"""The Verifiers rollouter for torchtitan 0.3.0, against real verifiers episodes of this package's envs.
+
+What is real: torchtitan 0.3.0's ``Rollouter`` base, rollout types, ``Rubric``, renderer config
+(``RendererConfig(name="qwen3").build``) and sample builder; verifiers 0.4.0's env server,
+``EnvClient`` and token-level ``TrainClient`` (rendering with ``renderers``' Qwen3 renderer);
+this package's envs, ``TokenEndpoint`` and ``score_group``. What is not: torchtitan's vLLM
+generator (a scripted ``GenerateFn`` that decodes the prompt and answers from a plan, one plan
+per rollout told apart by the per-rollout seed), Qwen3's tokenizer (a byte-level one with
+Qwen3's special tokens, ``testing.tokenizer``) and vLLM's ``SamplingConfig`` (a dataclass with
+its fields; its module imports vLLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import verifiers.v1 as vf
+from torchtitan.experiments.rl.renderer import RendererConfig
+from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
+from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus
+from torchtitan.experiments.rl.types import Completion
+
+from verifiers_stepwise import get_estimator, score_group
+from verifiers_stepwise.hosts.torchtitan import (
+    TURN_REWARD,
+    StepwiseAdvantage,
+    StepwiseTrainingSampleBuilder,
+    stepwise_advantage,
+)
+from verifiers_stepwise.hosts.torchtitan_verifiers import (
+    VERIFIERS_REWARD,
+    VerifiersRollouter,
+    credit_rollout_turns,
+    env_config,
+    trace_to_turns,
+)
+from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
+from verifiers_stepwise.testing.traces import TraceBuilder
+
+
+@dataclass
+class Sampling:
+    """torchtitan's ``actors.generator.SamplingConfig`` fields (that module imports vLLM)."""
+
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_tokens: int = 64
+    seed: int | None = 0
+    stop_token_ids: list[int] | None = None
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory):
+    path = qwen3_byte_tokenizer(tmp_path_factory.mktemp("qwen3-bytes"))
+    return RendererConfig(name="qwen3", enable_thinking=False).build(tokenizer_path=path)
+
+
+def scripted(renderer, plans: dict[int, list[str]]):
+    """A torchtitan ``GenerateFn``: rollout j (its seed) answers ``plans[j][k]`` on its k-th call."""
+    tokenizer = renderer._tokenizer
+    stop = renderer.get_stop_token_ids()[0]
+
+    async def generate(prompt_token_ids, *, request_id, routing_session_id=None, sampling_config=None):
+        generate.calls.append((request_id, routing_session_id, sampling_config))
+        k = tokenizer.decode(prompt_token_ids).count("<|im_start|>assistant") - 1
+        tokens = tokenizer.encode(plans[sampling_config.seed][k], add_special_tokens=False) + [stop]
+        return Completion(
+            min_policy_version=5,
+            max_policy_version=6,
+            request_id=request_id,
+            token_ids=tokens,
+            token_logprobs=[-0.125 * (1 + i % 3) for i in range(len(tokens))],
+            finish_reason="stop",
+        )
+
+    generate.calls = []
+    return generate
+
+
+def run_group(rollouter, renderer, plans, sample):
+    """One group through the rollouter; returns it with the verifiers episodes, by rollout."""
+    episodes: dict[int, vf.Episode] = {}
+    real = rollouter.episode
+
+    async def spy(env, **run):
+        episodes[run["sampling"].seed] = episode = await real(env, **run)
+        return episode
+
+    rollouter.episode = spy
+
+    generate = scripted(renderer, plans)
+
+    async def go():
+        try:
+            return await rollouter.run_group_rollouts(
+                generate_fn=generate,
+                sample=sample,
+                group_id=3,
+                group_size=len(plans),
+                sampling=Sampling(),
+                renderer=renderer,
+            )
+        finally:
+            await rollouter.close()
+
+    group = asyncio.run(go())
+    episodes = [episodes[j] for j in range(len(plans))]
+    # Every generation went to torchtitan's GenerateFn with the group's sampling, the rollout's
+    # seed and its trace as the routing session (one generator's prefix cache per trace).
+    sessions = {e.traces[0].id: j for j, e in enumerate(episodes)}
+    assert len(generate.calls) == sum(len(e.traces[0].info.get("turn_rewards", [])) for e in episodes)
+    for request_id, session, sampling in generate.calls:
+        assert request_id.startswith(f"{session}/call=")
+        assert sampling == Sampling(seed=sessions[session], stop_token_ids=None)
+    return group, episodes
+
+
+def assert_each_turns_advantage_on_its_tokens(group, episodes, samples):
+    """Per token, turn by turn: the sample's trained tokens are the trace's sampled tokens and
+    carry the ``node.advantages`` that ``score_group`` wrote for them."""
+    for rollout, episode in zip(group.rollouts, episodes, strict=True):
+        (trace,) = episode.traces
+        mine = [s for s in samples if s.rollout_id.rollout_id == rollout.rollout_id]
+        trained = [(t, a) for s in mine for t, m, a in zip(s.token_ids, s.loss_mask, s.advantage) if m]
+        expected = []
+        for node in trace.nodes:
+            if node.sampled:
+                tokens = [t for t, m in zip(node.token_ids, node.mask) if m]
+                expected += list(zip(tokens, node.advantages, strict=True))
+        assert trained and trained == expected
+        assert all(a == 0.0 for s in mine for m, a in zip(s.loss_mask, s.advantage) if not m)
+
+
+@pytest.mark.slow
+def test_dapo_math_refine_through_the_rollouter(renderer):
+    rollouter = VerifiersRollouter.Config(
+        taskset="stepwise-dapo-math",
+        env_args={"max_turns": 4},
+        env_in_process=True,
+        advantage=StepwiseAdvantage.Config(options={"scale": "none"}),
+    ).build()
+    sample = next(t for t in rollouter._train_dataset._tasks if t["answer"] == "239")
+    plans = {0: ["Answer: 1", "Answer: 239"], 1: ["Answer: 239"], 2: ["no idea", "Answer: 2", "Answer: 3", "Answer: 4"]}
+    group, episodes = run_group(rollouter, renderer, plans, sample)
+
+    env_rewards = [e.traces[0].info["turn_rewards"] for e in episodes]
+    assert env_rewards == [[-1.0, 1.0], [1.0], [-1.0, -1.0, -1.0, -1.0]]
+    # torchtitan receives each turn's own reward (PR #4356 gives the first attempt 0, not -1)
+    assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == env_rewards
+    assert [r.reward for r in group.rollouts] == [1.0, 1.0, -1.0]
+    assert [r.turns[-1].env_rewards[VERIFIERS_REWARD] for r in group.rollouts] == [1.0, 1.0, -1.0]
+    # the env ends an episode at its own max_turns (stop 'user_closed'): completed, not truncated
+    assert [r.status for r in group.rollouts] == [RolloutStatus.COMPLETED] * 3
+    assert all((t.min_policy_version, t.max_policy_version) == (5, 6) for r in group.rollouts for t in r.turns)
+
+    estimator = get_estimator("stepwise", scale="none")
+    assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
+    first_attempt = group.rollouts[0].advantage.per_turn[0]
+    assert first_attempt < 0  # the wrong first answer is discouraged
+
+    # PR #4356's view of the same episodes: only the last turn has a reward (the trace's)
+    for rollout in group.rollouts:
+        for turn in rollout.turns:
+            del turn.env_rewards[TURN_REWARD], turn.env_rewards["turn_index"]
+    assert [[t.env_rewards.get(VERIFIERS_REWARD, 0.0) for t in r.turns] for r in group.rollouts][0] == [0.0, 1.0]
+    last_turn_only = StepwiseAdvantage.Config(options={"scale": "none"}).build()(group)
+    assert last_turn_only[0].per_turn[0] > 0  # ... which would encourage the wrong first answer
+
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert len(built.training_samples) == 3  # each trace packs into one sample
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+def test_refine_through_the_rollouter_with_gamma(renderer):
+    rollouter = VerifiersRollouter.Config(
+        taskset="stepwise-refine",
+        env_args={"max_turns": 3},
+        env_in_process=True,
+        advantage=StepwiseAdvantage.Config(options={"gamma": 0.5, "baseline": "per_turn"}),
+    ).build()
+    sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
+    plans = {0: ["400", "391"], 1: ["300", "390", "391"], 2: ["391"]}
+    group, episodes = run_group(rollouter, renderer, plans, sample)
+    assert [len(e.traces[0].info["turn_rewards"]) for e in episodes] == [2, 3, 1]
+    estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
+    assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+# -- traces with tool calls and forks (verifiers' own commit path, no model) -------------------
+
+
+def tool_call(name: str) -> vf.ToolCall:
+    return vf.ToolCall(id=f"call-{name}", name=name, arguments="{}")
+
+
+def tool_episode(rewards: list[float], *, fork: bool = False) -> vf.Episode:
+    """Turn 0: a tool call, its result, then the answer (two sampled nodes); later turns: one
+    reply after feedback. ``fork``: the last turn is re-asked on a rewritten context."""
+    b = TraceBuilder()
+    first = b.sample(None, tool_calls=[tool_call("search")], n_tokens=2)
+    b.add(vf.ToolMessage(tool_call_id="call-search", content="result"))
+    nodes = [[first, b.sample("answer 0", n_tokens=3)]]
+    for t in range(1, len(rewards)):
+        b.add(vf.UserMessage(content="try again"))
+        if fork and t == len(rewards) - 1:
+            b.context[:] = [*b.context[:2], vf.UserMessage(content="a fresh start")]
+        nodes.append([b.sample(f"answer {t}", n_tokens=1 + t)])
+    b.trace.info.update(turn_rewards=rewards, turn_nodes=nodes)
+    return b.episode(reward=rewards[-1])
+
+
+def titan_group(episodes: list[vf.Episode], advantage) -> RolloutGroup:
+    rollouts = []
+    for j, episode in enumerate(episodes):
+        (trace,) = episode.traces
+        turns = trace_to_turns(trace, group_id=0, rollout_id=j, versions=(2, 2))
+        rollouts.append(Rollout(group_id=0, rollout_id=j, turns=turns, status=RolloutStatus.COMPLETED))
+        rollouts[-1].reward = trace.reward  # what VerifiersReward returns
+    group = RolloutGroup(group_id=0, rollouts=rollouts)
+    for rollout, value in zip(rollouts, advantage(group), strict=True):
+        rollout.advantage = value
+    return group
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_a_turn_with_several_sampled_replies_is_one_env_turn(fork):
+    episodes = [tool_episode([0.0, 1.0], fork=fork), tool_episode([0.5]), tool_episode([0.0, 0.0, 1.0], fork=fork)]
+    group = titan_group(episodes, StepwiseAdvantage.Config(options={"gamma": 0.9}).build())
+    assert [len(r.turns) for r in group.rollouts] == [3, 2, 4]  # one torchtitan turn per sampled span
+    assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]
+    expected = score_group(episodes, get_estimator("stepwise", gamma=0.9))
+    per_span = [list(r.advantage.per_turn) for r in group.rollouts]
+    assert per_span[0] == [expected[0][0], expected[0][0], expected[0][1]]
+    built = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
+    samples = built.build_from_group(rollout_group=group).training_samples
+    assert len(samples) == (5 if fork else 3)  # a rewritten context opens a second sample
+    assert_each_turns_advantage_on_its_tokens(group, episodes, samples)
+
+
+def test_a_trace_without_turn_rewards_is_scored_as_torchtitan_and_score_group_score_it():
+    plain = []
+    for reward in (1.0, 0.0, 0.5):
+        b = TraceBuilder()
+        b.sample("first")
+        b.add(vf.UserMessage(content="more"))
+        b.sample("second")
+        plain.append(b.episode(reward=reward))
+    group = titan_group(plain, StepwiseAdvantage.Config(options={"scale": "none"}).build())
+    assert all("turn_index" not in t.env_rewards for r in group.rollouts for t in r.turns)
+    assert score_group(plain, get_estimator("stepwise", scale="none")) == [
+        list(r.advantage.per_turn) for r in group.rollouts
+    ]
+
+
+def test_single_turn_rollouts_equal_torchtitans_estimator_and_builder():
+    episodes = [tool_episode([r]) for r in (1.0, -1.0, 0.25, 0.25)]
+    for std, scale in ((False, "none"), (True, "std")):
+        ours = titan_group(episodes, StepwiseAdvantage.Config(options={"scale": scale}).build())
+        theirs = titan_group(episodes, AdvantageEstimator.Config(should_std_normalize=std).build())
+        assert [r.advantage for r in ours.rollouts] == pytest.approx([r.advantage for r in theirs.rollouts])
+        mine = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=ours)
+        from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+
+        native = TrainingSampleBuilder.Config().build().build_from_group(rollout_group=theirs)
+        for a, b in zip(mine.training_samples, native.training_samples, strict=True):
+            assert (a.token_ids, a.loss_mask, a.logprobs) == (b.token_ids, b.loss_mask, b.logprobs)
+            assert a.advantage == pytest.approx(b.advantage)
+
+
+def test_a_turn_without_sampled_tokens_is_an_error_not_a_lost_reward():
+    episode = tool_episode([0.0, 1.0])
+    episode.traces[0].info["turn_nodes"] = [[], [0, 2, 4]]  # malformed on purpose
+    with pytest.raises(Exception, match="turn"):
+        trace_to_turns(episode.traces[0], group_id=0, rollout_id=0)
+
+
+# -- the bridge for torchtitan main's own VerifiersRollouter (PR #4356) -----------------------
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_credit_rollout_turns_matches_this_rollouters_credit(fork):
+    (trace,) = tool_episode([0.0, 0.5, 1.0], fork=fork).traces
+    ours = trace_to_turns(trace, group_id=0, rollout_id=0)
+    theirs = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)  # turns, no credit
+    credit_rollout_turns(trace, theirs)
+    assert [t.env_rewards for t in theirs] == [t.env_rewards for t in ours]
+    with pytest.raises(ValueError, match="trace_to_rollout_turns changed"):
+        credit_rollout_turns(trace, theirs[1:])
+
+
+def test_the_bridge_says_it_needs_torchtitan_main():
+    import importlib.util
+
+    if importlib.util.find_spec("torchtitan.rl") is not None:
+        pytest.skip("torchtitan main is installed")
+    with pytest.raises(ImportError, match="PR #4356.*torchtitan main"):
+        import verifiers_stepwise.hosts.torchtitan_main  # noqa: F401
+
+
+def test_env_args_nest_by_dots_and_a_bad_env_fails_at_config_time():
+    block = env_config("stepwise-dapo-math", {"max_turns": 3, "taskset.limit": 100})
+    assert block == {"taskset": {"id": "stepwise-dapo-math", "limit": 100}, "max_turns": 3}
+    # docs/torchtitan.md's example
+    config = VerifiersRollouter.Config(
+        taskset="stepwise-dapo-math",
+        env_args={"max_turns": 3, "taskset.limit": 100},
+        advantage=stepwise_advantage(gamma=0.9, scale="none"),
+    )
+    assert len(config.build()._train_dataset._tasks) == 100
+    with pytest.raises(Exception, match="max_turns"):
+        VerifiersRollouter.Config(taskset="stepwise-dapo-math", env_args={"max_turns": 0})
+    with pytest.raises(Exception, match="limit"):
+        VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"taskset.limit": 2})  # no such field
+    with pytest.raises(ValueError, match="is a value"):
+        env_config("stepwise-refine", {"max_turns": 3, "max_turns.x": 1})
+
+
+@pytest.mark.slow
+def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
+    rollouter = VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"max_turns": 2}).build()
+    sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
+    group, episodes = run_group(rollouter, renderer, {0: ["400", "391"], 1: ["391"]}, sample)
+    assert rollouter._server is None  # closed: the process was stopped and joined
+    assert [len(e.traces[0].info["turn_rewards"]) for e in episodes] == [2, 1]
+    assert score_group(episodes, "stepwise") == [list(r.advantage.per_turn) for r in group.rollouts]
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+_STARTS_AND_EXITS = """
+import asyncio, sys
+import tests.hosts.conftest
+from torchtitan.experiments.rl.renderer import RendererConfig
+from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
+rollouter = VerifiersRollouter.Config(taskset="stepwise-refine").build()
+renderer = RendererConfig(name="qwen3").build(tokenizer_path=qwen3_byte_tokenizer(sys.argv[1]))
+asyncio.run(rollouter._start(renderer))
+print(rollouter._server.pid, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_never_closes_the_rollouter_still_exits(tmp_path):
+    """torchtitan 0.3.0 never closes a rollouter: the spawned env server must not keep the
+    trainer's process from exiting (multiprocessing joins its children at exit)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTS_AND_EXITS, str(tmp_path / "tokenizer")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[-1])
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the env server is gone too

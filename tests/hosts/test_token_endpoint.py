@@ -1,0 +1,71 @@
+"""``TokenEndpoint`` speaks what renderers' ``generate`` (verifiers 0.4.0's train client) reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from openai import APIStatusError, AsyncOpenAI
+from renderers import ParsedResponse
+from renderers.client import generate
+
+from verifiers_stepwise.hosts.token_endpoint import TokenEndpoint, TokenReply
+
+
+class _Renderer:
+    """What ``generate`` asks of a renderer when the prompt ids are given."""
+
+    def get_stop_token_ids(self):
+        return [9]
+
+    def parse_response(self, completion_ids, prompt_ids=None, tools=None):
+        return ParsedResponse(content=" ".join(map(str, completion_ids)), tool_calls=[])
+
+
+def call(reply):
+    seen = []
+
+    async def answer(request):
+        seen.append(request)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def go():
+        async with TokenEndpoint(answer) as endpoint:
+            client = AsyncOpenAI(base_url=endpoint.base_url, api_key="EMPTY", max_retries=0)
+            result = await generate(
+                client=client,
+                renderer=_Renderer(),
+                messages=[{"role": "user", "content": "hi"}],
+                model="policy",
+                prompt_ids=[1, 2, 3],
+                sampling_params={"max_tokens": 8, "seed": 4},
+                extra_headers={"X-Session-ID": "trace-1"},
+            )
+            await client.close()
+            return result
+
+    return asyncio.run(go()), seen
+
+
+def test_a_reply_reaches_the_train_client_with_its_tokens_and_logprobs():
+    result, (request,) = call(TokenReply([5, 6, 9], [-0.5, -0.25, -0.125], "stop"))
+    assert (result["completion_ids"], result["completion_logprobs"]) == ([5, 6, 9], [-0.5, -0.25, -0.125])
+    assert result["prompt_ids"] == [1, 2, 3] and result["finish_reason"] == "stop"
+    assert request.token_ids == [1, 2, 3] and request.session_id == "trace-1" and request.model == "policy"
+    assert request.sampling["max_tokens"] == 8 and request.sampling["seed"] == 4
+    assert request.sampling["stop_token_ids"] == [9] and request.sampling["logprobs"] == 1
+
+
+@pytest.mark.parametrize("reply", [None, RuntimeError("generator down")])
+def test_no_completion_is_an_http_503_the_client_sees(reply):
+    with pytest.raises(APIStatusError) as error:
+        call(reply)
+    assert error.value.status_code == 503
+    assert ("generator down" if reply else "no completion") in error.value.response.text
+
+
+def test_a_reply_has_one_logprob_per_token():
+    with pytest.raises(ValueError, match="2 completion tokens but 1 logprobs"):
+        TokenReply([1, 2], [-0.5])

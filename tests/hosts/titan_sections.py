@@ -1,0 +1,22 @@
+"""A ``config_registry`` module for ``test_host_torchtitan_cli``: the rollouter sections of
+``hosts.torchtitan_recipes``' recipes, built by the functions the recipes use, so torchtitan's
+``ConfigManager`` parses CLI overrides into them on a machine without vLLM or Monarch (the
+recipes' ``Controller.Config`` needs both)."""
+
+from __future__ import annotations
+
+from verifiers_stepwise.hosts.torchtitan_recipes import (
+    StepwiseDapoMathEnv,
+    StepwiseDapoMathRollouter,
+    stepwise_verifiers_rollouter,
+)
+
+
+def verifiers_rollouter():
+    """``rl_stepwise_verifiers_dapo_qwen3_4b_math``'s rollouter."""
+    return stepwise_verifiers_rollouter()
+
+
+def native_rollouter():
+    """``rl_stepwise_dapo_qwen3_4b_math``'s rollouter (its datasets are torchtitan's defaults)."""
+    return StepwiseDapoMathRollouter.Config(message_env=StepwiseDapoMathEnv.Config(max_attempts=4))
