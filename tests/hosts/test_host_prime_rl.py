@@ -171,7 +171,7 @@ def test_config_fields_are_validated_by_name():
 
 def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
     algo = algorithm(estimator="last-turn-only", bonus=0.5)
-    assert isinstance(algo.estimator, third_party_estimator)
+    assert isinstance(algo.estimator.inner, third_party_estimator)  # at prime-rl's float32 resolution
     episodes = score(algo, [multi_turn([0.0, 1.0], None), multi_turn([0.5], None)])
     assert [e.traces[0].info["turn_credit"]["advantages"] for e in episodes] == [[0.0, 0.75], [0.25]]
 
@@ -179,3 +179,12 @@ def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
 def test_entry_point_wrapper_names_what_it_runs():
     with pytest.raises(SystemExit, match="usage: .* {rl,orchestrator}"):
         main(["trainer"])
+
+
+def test_grpo_fields_a_run_wide_check_reads():
+    config = StepwiseAlgoConfig()
+    assert (config.length_weighted_baseline, config.loss_aggregation) == (False, "token")
+    with pytest.raises(ValidationError, match="loss_aggregation"):
+        StepwiseAlgoConfig(loss_aggregation="prompt")
+    with pytest.raises(ValidationError, match="length_weighted_baseline"):
+        StepwiseAlgoConfig(length_weighted_baseline=True)

@@ -20,13 +20,22 @@ passed on unchanged. Checked against verifiers 0.3.1, a60a606 and 0.4.0
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Any
 
 import verifiers.v1 as vf
 from pydantic import BaseModel
 
-__all__ = ["MCP_TOOLS", "VERIFIERS_VERSION", "agent_config_fields", "bound_tool_message", "call_mcp", "connect_mcp"]
+__all__ = [
+    "MCP_TOOLS",
+    "VERIFIERS_VERSION",
+    "agent_config_fields",
+    "bound_tool_message",
+    "call_mcp",
+    "connect_mcp",
+    "require_mcp_tools",
+]
 
 VERIFIERS_VERSION = version("verifiers")
 
@@ -51,10 +60,15 @@ except ImportError:  # verifiers < 0.4
         return message
 
     async def connect_mcp(config: dict, stack: Any) -> tuple[list[dict], dict, dict]:
+        raise AssertionError("unreachable: require_mcp_tools refuses tool servers on this verifiers")
+
+    call_mcp = connect_mcp
+
+
+def require_mcp_tools(servers: Mapping[str, str]) -> None:
+    """Raise, naming the servers and the installed verifiers, when it cannot run MCP tools."""
+    if servers and not MCP_TOOLS:
         raise RuntimeError(
             f"the stepwise-chat harness runs MCP tool servers with verifiers >= 0.4 only "
-            f"(installed: {VERIFIERS_VERSION}); this task has tool servers {sorted(config['mcpServers'])}"
+            f"(installed: {VERIFIERS_VERSION}); this task has tool servers {sorted(servers)}"
         )
-
-    async def call_mcp(servers: dict, dispatch: dict, name: str, arguments: Any) -> Any:
-        raise AssertionError("unreachable: connect_mcp refuses tool servers on this verifiers")

@@ -43,7 +43,7 @@ from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
-from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp
+from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp, require_mcp_tools
 
 __all__ = ["ChatSession", "ModelCallError", "StepwiseChatConfig", "StepwiseChatHarness", "strip_think"]
 
@@ -192,6 +192,7 @@ class ChatSession(vf.HarnessSession):
             httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context())
         )
         if self.mcp_urls:
+            require_mcp_tools(self.mcp_urls)
             headers = self.config.resolve_mcp_headers(self.mcp_urls)
             servers = {
                 name: {"url": url, "timeout": self.config.tool_timeout, "headers": headers.get(name)}

@@ -217,7 +217,7 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     if origin is Annotated:
         return Annotated[swapped]
     if origin in (Union, types.UnionType):
-        return Union[swapped]
+        return Union[swapped]  # noqa: UP007 (a tuple of members; X | Y cannot splat one)
     return origin[swapped]
 
 
