@@ -10,6 +10,7 @@ own machinery are in test_prime_rl_host.py. Without prime-rl (verifiers 0.4, whi
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 import verifiers.v1 as vf
@@ -188,3 +189,12 @@ def test_grpo_fields_a_run_wide_check_reads():
         StepwiseAlgoConfig(loss_aggregation="prompt")
     with pytest.raises(ValidationError, match="length_weighted_baseline"):
         StepwiseAlgoConfig(length_weighted_baseline=True)
+
+
+def test_every_test_docs_prime_rl_names_exists():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    named = set(re.findall(r"\b(test_\w+)`", (root / "docs" / "prime-rl.md").read_text()))
+    defined = {m for p in (root / "tests").rglob("test_*.py") for m in re.findall(r"def (test_\w+)", p.read_text())}
+    assert named and named <= defined, named - defined
