@@ -198,3 +198,28 @@ def test_every_test_docs_prime_rl_names_exists():
     named = set(re.findall(r"\b(test_\w+)`", (root / "docs" / "prime-rl.md").read_text()))
     defined = {m for p in (root / "tests").rglob("test_*.py") for m in re.findall(r"def (test_\w+)", p.read_text())}
     assert named and named <= defined, named - defined
+
+
+@pytest.mark.slow
+def test_required_prime_rl_that_does_not_import_fails_the_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STEPWISE_PRIME_RL": str(tmp_path), "STEPWISE_REQUIRE_PRIME_RL": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--co",
+        "tests/hosts/test_prime_rl_host.py",
+    ]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert f"STEPWISE_PRIME_RL={tmp_path} is not a prime-rl checkout" in run.stdout + run.stderr
+    env.pop("STEPWISE_REQUIRE_PRIME_RL")  # without it: a skip that names the variable to set
+    run = subprocess.run([*command[:-2], "-rs", command[-1]], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "SKIPPED" in run.stdout and "STEPWISE_PRIME_RL=" in run.stdout
