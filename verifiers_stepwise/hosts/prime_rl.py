@@ -66,6 +66,7 @@ from verifiers_stepwise.traces.turns import TURN_REWARDS
 __all__ = ["Float32Resolution", "StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 
 TYPE = "stepwise"
+FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2^-23, the resolution of prime-rl's GRPO arithmetic
 
 
 class StepwiseAlgoConfig(BaseAlgoConfig):
@@ -140,12 +141,17 @@ class Float32Resolution(Estimator):
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         advantages = self.inner.batched(batch)
-        if batch.n_groups == 0:
+        magnitude = np.abs(advantages)
+        if not advantages.size or magnitude.max() == 0.0:
             return advantages
+        # Usually nothing is that small: one bound over the whole batch (>= every group's) rules it out.
         counts = batch.group_turns
-        peak = np.maximum.reduceat(np.abs(advantages), batch.group_turn_starts)
-        tolerance = np.repeat(counts * np.finfo(np.float32).eps * peak, counts)
-        return np.where(np.abs(advantages) <= tolerance, 0.0, advantages)
+        bound = counts.max() * FLOAT32_EPS * magnitude.max()
+        if not ((magnitude > 0.0) & (magnitude <= bound)).any():
+            return advantages
+        peak = np.maximum.reduceat(magnitude, batch.group_turn_starts)
+        tolerance = np.repeat(counts * FLOAT32_EPS * peak, counts)
+        return np.where(magnitude <= tolerance, 0.0, advantages)
 
 
 # -- registration ---------------------------------------------------------------------------------
