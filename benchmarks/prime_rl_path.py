@@ -151,7 +151,7 @@ def main() -> None:
 
         from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm
 
-        algorithm = StepwiseAlgorithm(StepwiseAlgoConfig(gamma=0.4), policy_pool=None)
+        algorithm = StepwiseAlgorithm(StepwiseAlgoConfig(options={"gamma": 0.4}), policy_pool=None)
         grpo = GRPOAlgorithm(GRPOAlgoConfig(), policy_pool=None)
         paths["stepwise: StepwiseAlgorithm.score_group"] = lambda: [
             _drive(algorithm.score_group(group)) for group in groups

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -26,13 +28,61 @@ def pytest_configure(config):
 
 _PACKAGE = "torchtitan.experiments.rl"
 
-if _PACKAGE not in sys.modules and importlib.util.find_spec("vllm") is None:
+if (
+    _PACKAGE not in sys.modules
+    and importlib.util.find_spec("torchtitan") is not None  # absent in .ci/run's prime-rl environment
+    and importlib.util.find_spec("vllm") is None
+):
     _spec = importlib.util.find_spec(_PACKAGE)
     sys.modules[_PACKAGE] = importlib.util.module_from_spec(_spec)  # __path__ set, __init__ not run
 
-# prime-rl is git-only; without it the adapter runs on a stand-in for its two base classes
-# (tests that need prime-rl itself check REAL_PRIME_RL).
-REAL_PRIME_RL = importlib.util.find_spec("prime_rl") is not None
+# prime-rl is git-only (not on PyPI). STEPWISE_PRIME_RL=/path/to/prime-rl (a checkout or the
+# vendored 559b447 snapshot, with prime-rl's pinned verifiers installed) puts its sources on
+# sys.path; STEPWISE_REQUIRE_PRIME_RL=1 (set by .ci/run's host-contract environment) makes a
+# missing or broken prime-rl an error instead of a skip. Without prime-rl the adapter runs on
+# a stand-in for its two base classes, and the tests that need prime-rl itself skip.
+PRIME_RL_VAR = "STEPWISE_PRIME_RL"
+REQUIRE_VAR = "STEPWISE_REQUIRE_PRIME_RL"
+# The prime-rl modules the host-contract tests call into.
+PRIME_RL_MODULES = (
+    "prime_rl.configs.rl",
+    "prime_rl.orchestrator.algo",
+    "prime_rl.orchestrator.trajectories",
+    "prime_rl.orchestrator.train_sink",
+    "prime_rl.entrypoints.rl",
+    "prime_rl.entrypoints.env_server",
+)
+
+
+def _load_prime_rl() -> str | None:
+    """Import prime-rl; None when it imports, else why not (raised under REQUIRE_VAR)."""
+    checkout = os.environ.get(PRIME_RL_VAR)
+    if checkout:
+        roots = [Path(checkout, "src"), Path(checkout, "packages", "prime-rl-configs", "src")]
+        missing = [str(root) for root in roots if not (root / "prime_rl").is_dir()]
+        if missing:
+            problem = f"{PRIME_RL_VAR}={checkout} is not a prime-rl checkout (no prime_rl under {missing})"
+            if os.environ.get(REQUIRE_VAR):
+                raise RuntimeError(problem)
+            return problem
+        sys.path[:0] = [str(root) for root in roots if str(root) not in sys.path]
+    try:
+        for module in PRIME_RL_MODULES:
+            importlib.import_module(module)
+    except ImportError as error:
+        if os.environ.get(REQUIRE_VAR):
+            raise RuntimeError(f"{REQUIRE_VAR} is set but prime-rl does not import: {error!r}") from error
+        found = "prime_rl" in sys.modules
+        for name in [name for name in sys.modules if name == "prime_rl" or name.startswith("prime_rl.")]:
+            del sys.modules[name]  # a half-imported prime-rl must not shadow the stand-in
+        state = f"prime-rl does not import ({error})" if found else "prime-rl is not installed (git only, not on PyPI)"
+        return f"{state}; set {PRIME_RL_VAR}=/path/to/prime-rl, with prime-rl's pinned verifiers installed, to run them"
+    return None
+
+
+PRIME_RL_MISSING = _load_prime_rl()
+REAL_PRIME_RL = PRIME_RL_MISSING is None
+needs_prime_rl = pytest.mark.skipif(not REAL_PRIME_RL, reason=PRIME_RL_MISSING or "")
 if not REAL_PRIME_RL:
     from tests.hosts import prime_rl_standin
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import verifiers.v1 as vf
 from pydantic import Field, model_validator
-from verifiers.v1.configs.agent import agent_config_fields
 
+from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
 from verifiers_stepwise.traces.turns import append_turn
 

@@ -20,7 +20,8 @@ Model errors: HTTP 429/5xx answers, broken streams and transport errors are retr
 interception server's replay guard keys on; anything else ends the segment, and the rollout
 records the interception's own account of the failure.
 
-Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``,
+Runs on verifiers 0.3.1, a60a606 and 0.4.x; MCP tool servers need 0.4.x
+(``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``,
 ``harnesses/utils``, ``interception/server.py``, ``dialects/chat.py``).
 """
 
@@ -38,12 +39,11 @@ import certifi
 import httpx
 import verifiers.v1 as vf
 from pydantic import Field
-from verifiers.v1 import graph
 from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
-from verifiers.v1.harnesses.utils.compaction import bound_tool_message
-from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
+
+from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp, require_mcp_tools
 
 __all__ = ["ChatSession", "ModelCallError", "StepwiseChatConfig", "StepwiseChatHarness", "strip_think"]
 
@@ -192,6 +192,7 @@ class ChatSession(vf.HarnessSession):
             httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context())
         )
         if self.mcp_urls:
+            require_mcp_tools(self.mcp_urls)
             headers = self.config.resolve_mcp_headers(self.mcp_urls)
             servers = {
                 name: {"url": url, "timeout": self.config.tool_timeout, "headers": headers.get(name)}
@@ -215,8 +216,8 @@ class ChatSession(vf.HarnessSession):
             if system:
                 context.insert(0, vf.SystemMessage(content=system))
         else:
-            leaves = graph.leaves(self.trace)  # the current branch ends at the newest leaf
-            context = graph.path(self.trace, leaves[-1]) if leaves else []
+            # The current branch ends at the newest leaf (verifiers < 0.4 has no graph.path).
+            context = list(self.trace.branches[-1].messages) if self.trace.nodes else []
             if not context and system:
                 context.append(vf.SystemMessage(content=system))
             if self.config.exclude_think:

@@ -1,6 +1,9 @@
 """prime-rl: a stepwise ``Algorithm`` for the orchestrator, selected with ``type = "stepwise"``.
 
-Checked against PrimeIntellect-ai/prime-rl 559b447 (2026-08-21; prime-rl is not on PyPI).
+Run against PrimeIntellect-ai/prime-rl 559b447 (2026-08-21; prime-rl is not on PyPI) with its
+pinned verifiers a60a606 in CI (``tests/hosts/test_prime_rl_host.py``); the config fields of
+prime-rl's GRPO that a run-wide check reads were read from prime-rl 065a864's
+``configs/algorithm.py`` (``length_weighted_baseline``, ``loss_aggregation``). See docs/prime-rl.md.
 
 Shapes translated: prime-rl hands an algorithm one group of verifiers v1 episodes
 (``Algorithm.score_group(episodes)``) and trains on ``node.advantages`` (one value per sampled
@@ -26,7 +29,15 @@ launcher and the ``orchestrator`` it starts register first.
 
 With ``orchestrator.train.filter_zero_advantages = true`` (prime-rl's default) prime-rl drops
 RL tokens whose advantage is exactly 0 before training. Here that happens per turn: a turn
-whose advantage is 0 leaves the RL loss, the other turns of the same trace still train.
+whose advantage is 0 leaves the RL loss, the other turns of the same trace still train. Exact
+zeros matter there, so advantages are given at prime-rl's own resolution (``Float32Resolution``):
+prime-rl's GRPO subtracts the group mean in float32, where rewards ``[0.1, 0.2, 0.3]`` leave the
+middle trace exactly 0 (dropped) while float64 leaves -2.8e-17 (kept).
+
+``trace.info["turn_credit"]["turn_rewards"]`` records the reading applied: ``"rewards"`` (each
+entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
+prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error) or
+``"final_turn"`` (no ``turn_rewards``: the trace reward on the last turn).
 """
 
 from __future__ import annotations
@@ -40,18 +51,22 @@ import types
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
+import numpy as np
 import verifiers.v1 as vf
 from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
 from prime_rl.orchestrator.algo.base import Algorithm
 from pydantic import BaseModel, Field, model_validator
 
 from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.traces.credit import Missing, score_group
+from verifiers_stepwise.traces.credit import CREDIT, Missing, score_group
+from verifiers_stepwise.traces.turns import TURN_REWARDS
 
-__all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
+__all__ = ["Float32Resolution", "StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 
 TYPE = "stepwise"
+FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2^-23, the resolution of prime-rl's GRPO arithmetic
 
 
 class StepwiseAlgoConfig(BaseAlgoConfig):
@@ -71,6 +86,12 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     missing: Missing = "final_turn"
     """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
     turn's reward; "error" fails."""
+    # prime-rl's GRPO fields that newer prime-rl (065a864) checks across a run's rl envs; only
+    # the values this algorithm implements are accepted.
+    length_weighted_baseline: Literal[False] = False
+    """As prime-rl's GRPO field; the stepwise baseline is the estimator's, never length-weighted."""
+    loss_aggregation: Literal["token"] = "token"
+    """As prime-rl's GRPO field: every loss token weighs the same (prime-rl's default)."""
 
     @model_validator(mode="after")
     def _estimator_builds(self):
@@ -91,11 +112,46 @@ class StepwiseAlgorithm(Algorithm):
 
     def __init__(self, config: StepwiseAlgoConfig, policy_pool: Any):
         super().__init__(config, policy_pool)
-        self.estimator = config.build_estimator()
+        self.name = config.estimator
+        self.estimator = Float32Resolution(config.build_estimator())
         self.missing = config.missing
 
     async def score_group(self, episodes: list[vf.Episode]) -> None:
         score_group(episodes, self.estimator, missing=self.missing)
+        for episode in episodes:
+            for trace in episode.traces:
+                credit = trace.info.get(CREDIT)
+                if credit is not None and "advantages" in credit:
+                    credit["estimator"] = self.name
+                    credit[TURN_REWARDS] = "rewards" if TURN_REWARDS in trace.info else "final_turn"
+
+
+class Float32Resolution(Estimator):
+    """``inner``'s advantages at prime-rl's float32 resolution: per group g of n_g turns,
+
+        A_t := 0   where |A_t| <= n_g * eps_f32 * max_{s in g} |A_s|     (eps_f32 = 2^-23)
+
+    prime-rl's GRPO centres rewards in float32, so a difference below that resolution is exactly
+    0 there and its tokens leave the RL loss under ``filter_zero_advantages``; float64 residues
+    such as -2.8e-17 (rewards [0.1, 0.2, 0.3]) would keep them. Larger advantages are unchanged."""
+
+    def __init__(self, inner: Estimator) -> None:
+        self.inner = inner
+        self.config = inner.config
+
+    def batched(self, batch: RaggedBatch) -> np.ndarray:
+        advantages = self.inner.batched(batch)
+        magnitude = np.abs(advantages)
+        if not advantages.size or magnitude.max() == 0.0:
+            return advantages
+        # Usually nothing is that small: one bound over the whole batch (>= every group's) rules it out.
+        counts = batch.group_turns
+        bound = counts.max() * FLOAT32_EPS * magnitude.max()
+        if not ((magnitude > 0.0) & (magnitude <= bound)).any():
+            return advantages
+        peak = np.maximum.reduceat(magnitude, batch.group_turn_starts)
+        tolerance = np.repeat(counts * FLOAT32_EPS * peak, counts)
+        return np.where(magnitude <= tolerance, 0.0, advantages)
 
 
 # -- registration ---------------------------------------------------------------------------------
@@ -167,7 +223,7 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     if origin is Annotated:
         return Annotated[swapped]
     if origin in (Union, types.UnionType):
-        return Union[swapped]
+        return Union[swapped]  # noqa: UP007 (a tuple of members; X | Y cannot splat one)
     return origin[swapped]
 
 
@@ -201,6 +257,8 @@ def _with_dependents(changed: set[type], models: Sequence[type[BaseModel]]) -> l
 # -- running prime-rl's entry points with the registration ----------------------------------------
 
 ENTRY_POINTS = ("rl", "orchestrator")
+MODULE = "verifiers_stepwise.hosts.prime_rl"
+"""This module's import name (``__name__`` is ``"__main__"`` under ``python -m``)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -212,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ENTRY_POINTS:
-        raise SystemExit(f"usage: python -m {__name__} {{{','.join(ENTRY_POINTS)}}} [prime-rl arguments]")
+        raise SystemExit(f"usage: python -m {MODULE} {{{','.join(ENTRY_POINTS)}}} [prime-rl arguments]")
     entry, rest = args[0], args[1:]
     register()
     if entry == "rl":
@@ -228,10 +286,13 @@ def _shim_orchestrator() -> None:
     atexit.register(shutil.rmtree, shim_dir, ignore_errors=True)  # the launcher outlives its children
     shim = os.path.join(shim_dir, "orchestrator")
     with open(shim, "w") as f:
-        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {__name__} orchestrator "$@"\n')
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {MODULE} orchestrator "$@"\n')
     os.chmod(shim, 0o755)
     os.environ["PATH"] = shim_dir + os.pathsep + os.environ.get("PATH", "")
 
 
 if __name__ == "__main__":
-    main()
+    # Register the classes of the importable module, not of this __main__ copy of it.
+    from verifiers_stepwise.hosts.prime_rl import main as _main
+
+    _main()

@@ -1,0 +1,74 @@
+"""What the env side uses of verifiers that older releases in the supported range lack.
+
+The package supports verifiers 0.3.1 (PyPI), prime-rl's pinned pre-release ``a60a606``
+(``0.3.1.dev62``; prime-rl 559b447's ``deps/verifiers``) and 0.4.x. Each name below is taken
+from verifiers where it exists (feature detection on import, never a patch of verifiers) and
+otherwise defined here with what the older release offers:
+
+    agent_config_fields   verifiers.v1.configs.agent (0.4.0)   the config's AgentConfig-valued fields
+    bound_tool_message    verifiers.v1.harnesses.utils (0.4.0) older: the message as it is
+    connect_mcp/call_mcp  verifiers.v1.harnesses.utils (0.4.0) older: absent, see MCP_TOOLS
+
+0.3.1 and a60a606 have no shared MCP helpers (each built-in harness program carries its own), so
+the ``stepwise-chat`` harness runs MCP tool servers on 0.4.x only (``MCP_TOOLS``) and refuses a
+task with tool servers on older releases, naming the version; chat without tools works on all.
+``bound_tool_message`` caps an over-long tool result in 0.4.0; on older releases the only tool
+messages the harness writes are its own short errors and the tool gate's denials, which are
+passed on unchanged. Checked against verifiers 0.3.1, a60a606 and 0.4.0
+(``tests/test_verifiers_compat.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import version
+from typing import Any
+
+import verifiers.v1 as vf
+from pydantic import BaseModel
+
+__all__ = [
+    "MCP_TOOLS",
+    "VERIFIERS_VERSION",
+    "agent_config_fields",
+    "bound_tool_message",
+    "call_mcp",
+    "connect_mcp",
+    "require_mcp_tools",
+]
+
+VERIFIERS_VERSION = version("verifiers")
+
+try:
+    from verifiers.v1.configs.agent import agent_config_fields
+except ImportError:  # verifiers < 0.4
+
+    def agent_config_fields(config: BaseModel) -> dict[str, vf.AgentConfig]:
+        """Top-level agent configs, in declaration order, keyed by their field names."""
+        return {name: value for name, value in config if isinstance(value, vf.AgentConfig)}
+
+
+try:
+    from verifiers.v1.harnesses.utils.compaction import bound_tool_message
+    from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
+
+    MCP_TOOLS = True
+except ImportError:  # verifiers < 0.4
+    MCP_TOOLS = False
+
+    def bound_tool_message(message: dict) -> dict:
+        return message
+
+    async def connect_mcp(config: dict, stack: Any) -> tuple[list[dict], dict, dict]:
+        raise AssertionError("unreachable: require_mcp_tools refuses tool servers on this verifiers")
+
+    call_mcp = connect_mcp
+
+
+def require_mcp_tools(servers: Mapping[str, str]) -> None:
+    """Raise, naming the servers and the installed verifiers, when it cannot run MCP tools."""
+    if servers and not MCP_TOOLS:
+        raise RuntimeError(
+            f"the stepwise-chat harness runs MCP tool servers with verifiers >= 0.4 only "
+            f"(installed: {VERIFIERS_VERSION}); this task has tool servers {sorted(servers)}"
+        )
