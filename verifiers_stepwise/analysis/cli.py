@@ -250,6 +250,13 @@ def _advantages(args: argparse.Namespace) -> int:
         sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+    if args.plot is not None:
+        from verifiers_stepwise.extras import MissingExtra
+
+        try:
+            from verifiers_stepwise.analysis.plot import plot_credit
+        except MissingExtra as e:
+            raise CommandError(str(e)) from None
 
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
     from verifiers_stepwise.analysis.tracefile import BadInput
@@ -285,8 +292,6 @@ def _advantages(args: argparse.Namespace) -> int:
     if output is not None:
         write_turn_rows(output, collected, grouped, credits)
     if args.plot is not None:
-        from verifiers_stepwise.analysis.plot import plot_credit
-
         plot_credit(args.plot, batch, credits)
     report = summary(collected, grouped, credits, sweep, output, args.plot)
     if args.json:

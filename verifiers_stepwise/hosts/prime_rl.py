@@ -41,13 +41,21 @@ from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import verifiers.v1 as vf
-from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
-from prime_rl.orchestrator.algo.base import Algorithm
 from pydantic import BaseModel, Field, model_validator
 
 from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import Missing, score_group
+
+# prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
+with requires(
+    "verifiers_stepwise.hosts.prime_rl",
+    "prime_rl",
+    also="install prime-rl from https://github.com/PrimeIntellect-ai/prime-rl (not on PyPI)",
+):
+    from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
+    from prime_rl.orchestrator.algo.base import Algorithm
 
 __all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 

@@ -32,17 +32,33 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-import chz
 import numpy as np
-import tinker
-from tinker import TensorData
-from tinker_cookbook.rl import data_processing
-from tinker_cookbook.rl import train as tinker_train
-from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from, score_turns
+
+# What tinker_cookbook.rl imports; tinker-cookbook itself needs --no-deps (see pyproject's extra).
+with requires(
+    "verifiers_stepwise.hosts.tinker",
+    "tinker_cookbook",
+    "tinker",
+    "chz",
+    "torch",
+    "datasets",
+    "PIL",
+    "blobfile",
+    "termcolor",
+    extra="tinker",
+    also="pip install --no-deps tinker-cookbook==0.6.1",
+):
+    import chz
+    import tinker
+    from tinker import TensorData
+    from tinker_cookbook.rl import data_processing
+    from tinker_cookbook.rl import train as tinker_train
+    from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
 __all__ = [
     "CLIConfig",

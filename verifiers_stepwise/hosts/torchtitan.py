@@ -35,14 +35,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from torchtitan.config import Configurable
-from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-from torchtitan.experiments.rl.observability import metrics as m
-from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-
 from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from, score_turns
+
+with requires("verifiers_stepwise.hosts.torchtitan", "torchtitan", "torch", "renderers", extra="torchtitan"):
+    from torchtitan.config import Configurable
+    from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+    from torchtitan.experiments.rl.observability import metrics as m
+    from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+    from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
 __all__ = ["StepwiseAdvantage", "StepwiseTrainingSampleBuilder", "TurnAdvantages", "turn_rewards"]
 
