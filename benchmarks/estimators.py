@@ -101,11 +101,11 @@ def main() -> None:
         for baseline in BASELINES:
             estimator = Stepwise(gamma=args.gamma, aggregation=aggregation, baseline=baseline)
 
-            def batched() -> np.ndarray:
+            def batched(estimator: Stepwise = estimator) -> np.ndarray:
                 # A fresh batch each time: deriving its index arrays is part of the cost.
                 return estimator.batched(RaggedBatch(rewards, lengths, group_sizes))
 
-            def plain() -> list:
+            def plain(aggregation: str = aggregation, baseline: str = baseline) -> list:
                 return python_stepwise(groups, args.gamma, aggregation, baseline)
 
             check = template.split(batched())

@@ -175,7 +175,7 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     if origin is Annotated:
         return Annotated[swapped]
     if origin in (Union, types.UnionType):
-        return Union[swapped]
+        return Union[swapped]  # noqa: UP007 (built from a tuple at run time; `X | Y` has no such form)
     return origin[swapped]
 
 

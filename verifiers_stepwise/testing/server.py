@@ -8,15 +8,15 @@ It serves ``POST /v1/chat/completions`` streaming (SSE chunks, a usage chunk whe
 on an OS-assigned loopback port, from its own thread and event loop. Every request is recorded
 on ``server.requests``.
 
-Replies come from a script: a function from the request (:class:`ChatCall`) to a
-:class:`Reply`. :func:`scripted` builds one that answers per conversation — the conversation is
-recognised by its first user message, and its k-th model call (k = assistant messages already
-in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
-prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout. A reply is text, reasoning, tool calls, or one of
-the faults: ``http_500``, ``timeout`` (no answer until the server stops or ``hang_seconds``
-pass), ``malformed_json`` (a body or SSE event that is not JSON), ``empty`` (HTTP 200 with no
-body at all). A fault with ``times=n`` fires on the first n requests of its call and then the
-call is answered normally, which is how retries are exercised.
+Replies come from a script: a function from the request (:class:`ChatCall`) to a :class:`Reply`.
+:func:`scripted` builds one that answers per conversation — the conversation is recognised by
+its first user message, and its k-th model call (k = assistant messages already in the request)
+gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one prompt different
+plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout. A reply is text,
+reasoning, tool calls, or one of the faults: ``http_500``, ``timeout`` (no answer until the
+server stops or ``hang_seconds`` pass), ``malformed_json`` (a body or SSE event that is not
+JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
+requests of its call and then the call is answered normally, which is how retries are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
