@@ -22,7 +22,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verifiers_stepwise.estimators import Estimator
 
 __all__ = ["main"]
 
@@ -146,7 +149,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _estimator_class(name: str) -> type:
+def _estimator_class(name: str) -> type[Estimator]:
     from verifiers_stepwise.estimators.registry import EntryPointConflict, UnknownEstimator, estimator_class
 
     try:

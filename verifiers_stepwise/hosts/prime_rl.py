@@ -38,7 +38,7 @@ import sys
 import tempfile
 import types
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Final, Literal, Union, get_args, get_origin
 
 import verifiers.v1 as vf
 from pydantic import BaseModel, Field, model_validator
@@ -59,7 +59,7 @@ with requires(
 
 __all__ = ["StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 
-TYPE = "stepwise"
+TYPE: Final = "stepwise"
 
 
 class StepwiseAlgoConfig(BaseAlgoConfig):
@@ -81,7 +81,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     turn's reward; "error" fails."""
 
     @model_validator(mode="after")
-    def _estimator_builds(self):
+    def _estimator_builds(self) -> StepwiseAlgoConfig:
         try:
             self.build_estimator()
         except LookupError as error:  # pydantic reports ValueErrors, not LookupErrors
@@ -129,7 +129,7 @@ def register() -> None:
     members = get_args(old_union)
     if StepwiseAlgoConfig in members:
         return
-    new_union = Union[(*members, StepwiseAlgoConfig)]
+    new_union = Union[(*members, StepwiseAlgoConfig)]  # type: ignore[valid-type]  # a union made at run time
     new_alias = Annotated[(new_union, *metadata)]
     for module in _config_modules():
         if getattr(module, "AlgoConfig", None) is old_alias:
@@ -148,7 +148,7 @@ def register() -> None:
         model.model_rebuild(force=True)
 
 
-def _config_modules() -> list[types.ModuleType]:
+def _config_modules() -> list[Any]:  # prime-rl's config modules, whose names mypy cannot know
     return [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
 
 

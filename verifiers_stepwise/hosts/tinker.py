@@ -158,7 +158,9 @@ def remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Es
 def _keep_groups_with_credit(original: Callable[..., Any], estimator: Estimator) -> Callable[..., Any]:
     """Wrap tinker's per-group filter so it only sees (and may drop) groups without credit."""
 
-    def drop_constant_reward_group(trajectory_group, config, *args, **kwargs):
+    def drop_constant_reward_group(
+        trajectory_group: TrajectoryGroup | None, config: Any, *args: Any, **kwargs: Any
+    ) -> TrajectoryGroup | None:
         if trajectory_group is not None and _carries_credit(trajectory_group, estimator):
             return trajectory_group
         return original(trajectory_group, config, *args, **kwargs)

@@ -64,7 +64,8 @@ class TurnAdvantages(float):
         value.per_turn = tuple(per_turn)
         return value
 
-    def __reduce__(self):  # torchtitan may move groups between processes
+    def __reduce__(self) -> tuple[type[TurnAdvantages], tuple[tuple[float, ...]]]:
+        # torchtitan may move groups between processes
         return (TurnAdvantages, (self.per_turn,))
 
     def __repr__(self) -> str:
@@ -134,7 +135,8 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
 
     def __init__(self, config: Config) -> None:
         # torchtitan's filter compares final rewards; this class filters on per-turn credit.
-        super().__init__(replace(config, drop_zero_std_reward_groups=False))
+        # (the field is torchtitan's, whose Config mypy cannot see: torchtitan ships no types)
+        super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
     def build_from_group(self, *, rollout_group: RolloutGroup) -> TrainingSampleGroup:
