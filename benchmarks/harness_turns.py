@@ -122,12 +122,14 @@ def main() -> None:
     ratio_turn = null["turn_median_ms"] / fast["turn_median_ms"]
     ratio_episode = null["episode_median_s"] / fast["episode_median_s"]
     print(
-        f"{'harness':<14} {'turn median':>12} {'turn min..max':>18} {'episode median':>15} {'episode/turn':>13} {'warm-up':>9}"
+        f"{'harness':<14} {'turn median':>12} {'turn min..max':>18} {'episode median':>15}"
+        f" {'episode/turn':>13} {'warm-up':>9}"
     )
     for r in (fast, null):
         print(
             f"{r['harness']:<14} {r['turn_median_ms']:>9.1f} ms {r['turn_min_ms']:>8.1f}..{r['turn_max_ms']:<7.1f}"
-            f" {r['episode_median_s']:>13.3f} s {r['episode_per_turn_median_ms']:>10.1f} ms {r['warmup_episode_s']:>7.2f} s"
+            f" {r['episode_median_s']:>13.3f} s {r['episode_per_turn_median_ms']:>10.1f} ms"
+            f" {r['warmup_episode_s']:>7.2f} s"
         )
     print(f"null / stepwise-chat: {ratio_turn:.0f}x per turn, {ratio_episode:.0f}x per episode")
     print(

@@ -38,7 +38,8 @@ HOST_TEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE
 
 
 def ms(seconds: list[float]) -> str:
-    return f"median {statistics.median(seconds) * 1e3:7.1f} ms  (p90 {sorted(seconds)[int(0.9 * (len(seconds) - 1))] * 1e3:7.1f})"
+    p90 = sorted(seconds)[int(0.9 * (len(seconds) - 1))]
+    return f"median {statistics.median(seconds) * 1e3:7.1f} ms  (p90 {p90 * 1e3:7.1f})"
 
 
 async def setup_once(instance, limits: SandboxLimits) -> float:
@@ -104,15 +105,13 @@ async def main() -> None:
 
     setup_median = statistics.median(setups)
     print(f"episode setup, first in process   {cold * 1e3:7.1f} ms")
-    print(
-        f"episode setup ({args.episodes} episodes)       {ms(setups)}  target <= 100 ms: {'met' if setup_median <= 0.1 else 'MISSED'}"
-    )
+    met = "met" if setup_median <= 0.1 else "MISSED"
+    print(f"episode setup ({args.episodes} episodes)       {ms(setups)}  target <= 100 ms: {met}")
     print(f"  reference: empty bwrap sandbox  {ms(empty)}  setup = {setup_median / statistics.median(empty):.1f}x")
     print(f"  reference: git clone of the repo {ms(clones)}  setup = {setup_median / statistics.median(clones):.1f}x")
     print(f"test run per round ({len(gradings)} gradings)   {ms(gradings)}")
-    print(
-        f"  reference: pytest on the host   {ms(direct)}  grading = {statistics.median(gradings) / statistics.median(direct):.1f}x"
-    )
+    grading = statistics.median(gradings) / statistics.median(direct)
+    print(f"  reference: pytest on the host   {ms(direct)}  grading = {grading:.1f}x")
 
 
 if __name__ == "__main__":

@@ -589,6 +589,7 @@ def vf_eval_run(tmp_path_factory):
         )
 
 
+@pytest.mark.slow
 def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     episodes = vf_eval_run.episodes
     assert len(episodes) == 12 and sum(not e.ok for e in episodes) == 1
@@ -635,6 +636,7 @@ def console(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
     traces = tmp_path / "traces.jsonl"
     stats = write_large_traces(traces, target_bytes=6_000_000, rollouts=8, interleave=16, max_turns=5)

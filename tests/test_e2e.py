@@ -44,6 +44,7 @@ def rewards_of(group):
     return sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
 
 
+@pytest.mark.slow
 def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     run = run_vf_eval(
         ["stepwise-refine", "-n", "3", "-r", "2", "--env.max-turns", "3", "--sampling.temperature", "0.7"],
@@ -86,6 +87,7 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     assert multiply[0].traces[0].info["turn_credit"]["advantages"] != [0.0]
 
 
+@pytest.mark.slow
 def test_vf_eval_any_taskset_with_env_id_stepwise_refine(server, tmp_path):
     run = run_vf_eval(
         ["reverse-words", "--env.id", "stepwise-refine", "--env.max-turns", "4"],

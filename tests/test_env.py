@@ -92,6 +92,7 @@ async def test_a_model_call_limit_ends_the_loop(guess_env):
     assert trace.info["turn_rewards"] == pytest.approx([0.8, 0.9])
 
 
+@pytest.mark.slow
 async def test_faults_are_recorded_and_the_run_goes_on(guess_env, monkeypatch):
     """Each fault hits one game's third model call; earlier turns keep their rewards, the
     episode records the error, and the other games still run."""

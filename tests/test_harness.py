@@ -172,6 +172,7 @@ class CalculatorTask(vf.Task[vf.TaskData, CalculatorState]):
         return None
 
 
+@pytest.mark.slow
 async def test_tool_calls_run_against_the_tasks_mcp_servers(server):
     """One rollout (MCP servers take seconds to start): a tool loop against the task's MCP
     toolset, with the shared state channel, the tool gate, disabled, unknown and malformed

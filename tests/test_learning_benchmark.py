@@ -99,6 +99,7 @@ def test_return_gradient_is_the_autograd_gradient(name):
     assert torch.allclose(return_gradient(task, p, true_advantages(task, p)), autograd, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_single_turn_control_gives_identical_curves():
     task = single_turn()
     reference, *others = DEFAULT_METHODS

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,43 @@ def test_ci_runs_the_readme_install_and_test_commands():
         assert line in ci, f".ci/run does not run the README's {line!r}"
 
 
+def test_ci_lints_type_checks_and_removes_its_venv():
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = ["ruff check .", "ruff format --check .", "mypy", "python -m pytest"]
+    assert all(f"\n{step}\n" in ci or f" {step}\n" in ci for step in steps)
+    assert [ci.index(step) for step in steps] == sorted(ci.index(step) for step in steps)
+    assert "trap 'rm -rf " in ci
+
+
 def test_changelog_has_an_unreleased_section():
     assert "## [Unreleased]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_changelog_releases_this_version_and_repeats_no_heading():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", text, re.M)
+    assert versions and versions[0] == verifiers_stepwise.__version__
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        headings = re.findall(r"^### (.+)$", section, re.M)
+        assert len(headings) == len(set(headings)), section.splitlines()[0]
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_py_typed_the_license_and_a_lean_core(tmp_path):
+    """Built as pip builds it (hatchling in an isolated build environment)."""
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), str(ROOT)]
+    result = subprocess.run(build, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    (wheel,) = tmp_path.glob("verifiers_stepwise-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        info = f"verifiers_stepwise-{verifiers_stepwise.__version__}.dist-info"
+        metadata = archive.read(f"{info}/METADATA").decode()
+    assert "verifiers_stepwise/py.typed" in names
+    assert f"{info}/licenses/LICENSE" in names
+    assert f"\nVersion: {verifiers_stepwise.__version__}\n" in metadata
+    core = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert not [line for line in core if re.search(r"\b(torch|numba|datasets|matplotlib)\b", line)]
 
 
 # -- the README and docs/ -------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def test_each_turn_advantage_lands_on_exactly_that_turns_sampled_tokens():
             assert node.advantages == [[0.25, -1.5, 2.0][turn]] * sum(node.mask)
     (branch,) = b.trace.branches
     by_node = []
-    for i, node in enumerate(branch.nodes):
+    for node in branch.nodes:
         by_node += [b.trace.nodes.index(node)] * len(node.token_ids)
     expected = {2: 0.25, 4: -1.5, 6: -1.5, 8: 2.0}
     assert branch.advantages == [

@@ -74,6 +74,7 @@ def test_champ_answers_are_read_only_when_they_state_one_integer(answer, integer
     assert build_offline_set.champ_integer_answer(answer) == integer
 
 
+@pytest.mark.slow
 def test_the_committed_script_rebuilds_the_committed_data_byte_for_byte(tmp_path):
     build_offline_set.main(["--out", str(tmp_path)])
     for name in ["offline.jsonl", "MANIFEST.json", "licenses/champ-dataset.txt", "licenses/reasoning-gym.txt"]:

@@ -44,6 +44,7 @@ def test_integer_pairs_are_decided_without_a_worker():
     assert unstarted._pool is None
 
 
+@pytest.mark.slow
 def test_a_pathological_answer_costs_bounded_time_and_scores_wrong(checker):
     checker.check("1", "\\frac{2}{2}")  # worker up
     started = time.monotonic()
@@ -62,6 +63,7 @@ def test_checks_from_worker_threads_do_not_hit_signal_alarm(checker):
     assert not any(r.error for r in results)
 
 
+@pytest.mark.slow
 def test_async_checks_share_the_pool(checker):
     async def run():
         return await asyncio.gather(
@@ -88,6 +90,7 @@ def test_bad_settings_are_named():
         SymbolicChecker(timeout_s=0)
 
 
+@pytest.mark.slow
 def test_a_cancelled_check_stops_its_worker():
     checker = SymbolicChecker(workers=1, timeout_s=60.0)
     try:

@@ -49,6 +49,7 @@ def server():
         yield server
 
 
+@pytest.mark.slow
 def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
     episodes = vf_eval(server, tmp_path, "--env.taskset.task.math-verify.timeout-s", "3")
     assert len(episodes) == 4 and all(e.ok for e in episodes)
@@ -63,6 +64,7 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
         assert score_group(group, "stepwise") == score_group(group, "grpo")
 
 
+@pytest.mark.slow
 def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
     episodes = vf_eval(server, tmp_path, "--env.max-turns", "3", "--env.wrong-message", "Nope.")
     by_task = groups(episodes)

@@ -59,7 +59,9 @@ ROW = {
     "instance_id": "astropy__astropy-12907",
     "repo": "astropy/astropy",
     "base_commit": BASE,
-    "problem_statement": "Modeling's `separability_matrix` does not compute separability correctly for nested CompoundModels",
+    "problem_statement": (
+        "Modeling's `separability_matrix` does not compute separability correctly for nested CompoundModels"
+    ),
     "version": "4.3",
     "patch": "diff --git a/astropy/modeling/separable.py b/astropy/modeling/separable.py\n",
     "test_patch": TEST_PATCH,

@@ -25,6 +25,9 @@ from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
 from .conftest import loopback_server
 
+# Every test reads the module's one real vf-eval run of SWE episodes (about 40 s).
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-host-secret-5d1e7a"
 TASKS = ["stepwise__semverlite-12", "stepwise__intervals-1", "stepwise__slugs-21"]
 

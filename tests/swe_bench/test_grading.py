@@ -33,7 +33,10 @@ def sh(sandbox: BwrapSandbox, command: str, stdin: bytes | None = None):
     return result.output
 
 
-@pytest.mark.parametrize("instance_id", sorted(INSTANCES))
+# Each instance runs its hidden tests twice in a sandbox: the fast loop keeps the first.
+@pytest.mark.parametrize(
+    "instance_id", [i if n == 0 else pytest.param(i, marks=pytest.mark.slow) for n, i in enumerate(sorted(INSTANCES))]
+)
 def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instance_id: str):
     instance, sandbox = workspace(tmp_path, instance_id)
     assert sh(sandbox, "git rev-parse HEAD; git status --porcelain") == f"{instance.base_commit}\n"
@@ -87,6 +90,7 @@ def test_code_run_by_the_tests_cannot_keep_the_hidden_tests(tmp_path: Path):
     assert "test_exact_multiple" not in (sandbox.repo / "tests" / "test_pages.py").read_text()
 
 
+@pytest.mark.slow
 def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path):
     instance, sandbox = workspace(tmp_path, "stepwise__semverlite-12")
     sh(sandbox, "printf 'while True:\\n    pass\\n' >> semverlite/__init__.py")

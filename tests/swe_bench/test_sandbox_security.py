@@ -74,6 +74,7 @@ def test_host_environment_secrets_are_invisible(sandbox: BwrapSandbox, monkeypat
     still_usable(sandbox)
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained(repo: Path):
     sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=4, processes=64))
     before = sandbox_processes(repo)
@@ -97,6 +98,7 @@ def test_infinite_loop_is_killed_at_the_time_limit(sandbox: BwrapSandbox):
     still_usable(sandbox)
 
 
+@pytest.mark.slow
 def test_cpu_time_limit_kills_a_busy_process(repo: Path):
     sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30, cpu_s=1))
     result = run(sandbox, "while :; do :; done")
@@ -123,6 +125,7 @@ def test_file_size_and_memory_limits(repo: Path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="ordinary users' sandboxes are bounded by their own uid")
+@pytest.mark.slow
 def test_a_fork_bomb_does_not_starve_another_sandbox(tmp_path: Path):
     """RLIMIT_NPROC counts per uid: each repository's sandbox has its own, so one episode's
     fork bomb leaves a concurrent episode free to start processes."""
@@ -191,6 +194,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_ordinary_user_sandbox_uses_a_user_namespace(tmp_path: Path):
     """The path every non-root user takes: bwrap in a new user namespace. Here it is exercised
     by dropping to an unprivileged uid first (a no-op drop when the suite is not root)."""

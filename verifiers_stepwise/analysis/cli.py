@@ -22,7 +22,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verifiers_stepwise.estimators import Estimator
 
 __all__ = ["main"]
 
@@ -153,7 +156,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _estimator_class(name: str) -> type:
+def _estimator_class(name: str) -> type[Estimator]:
     from verifiers_stepwise.estimators.registry import EntryPointConflict, UnknownEstimator, estimator_class
 
     try:
@@ -257,6 +260,13 @@ def _advantages(args: argparse.Namespace) -> int:
         sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+    if args.plot is not None:
+        from verifiers_stepwise.extras import MissingExtra
+
+        try:
+            from verifiers_stepwise.analysis.plot import plot_credit
+        except MissingExtra as e:
+            raise CommandError(str(e)) from None
 
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
     from verifiers_stepwise.analysis.tracefile import BadInput
@@ -292,8 +302,6 @@ def _advantages(args: argparse.Namespace) -> int:
     if output is not None:
         write_turn_rows(output, collected, grouped, credits)
     if args.plot is not None:
-        from verifiers_stepwise.analysis.plot import plot_credit
-
         plot_credit(args.plot, batch, credits)
     report = summary(collected, grouped, credits, sweep, output, args.plot)
     if args.json:

@@ -15,14 +15,16 @@ import numpy as np
 
 from verifiers_stepwise.analysis.stats import Credit
 from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.extras import requires
+
+with requires("vf-stepwise --plot", "matplotlib", extra="plot"):
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_credit"]
 
 
 def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
     """Write a PNG (or any format matplotlib infers from the suffix) to ``path``."""
-    from matplotlib.figure import Figure
-
     index = batch.turn_index
     n_index = int(batch.lengths.max())
     order = np.argsort(index, kind="stable")

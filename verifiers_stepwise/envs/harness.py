@@ -171,6 +171,13 @@ class ChatSession(vf.HarnessSession):
     def config(self) -> StepwiseChatConfig:
         return self.harness.config
 
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        """The HTTP client, opened by the first ``_run``."""
+        if self._http is None:
+            raise RuntimeError("the chat session's HTTP client is used before the session is open")
+        return self._http
+
     async def _run(self, messages: vf.Messages | None) -> vf.ProgramResult:
         if self._http is None:
             await self._open()
@@ -250,7 +257,7 @@ class ChatSession(vf.HarnessSession):
             attempt += 1
 
     async def _posted(self, body: dict, headers: dict[str, str]) -> vf.Response:
-        response = await self._http.post(f"{self.endpoint}/chat/completions", json=body, headers=headers)
+        response = await self._client.post(f"{self.endpoint}/chat/completions", json=body, headers=headers)
         if response.status_code >= 400:
             raise ModelCallError(_error_text(response.content), response.status_code)
         try:
@@ -260,7 +267,7 @@ class ChatSession(vf.HarnessSession):
 
     async def _streamed(self, body: dict, headers: dict[str, str]) -> vf.Response:
         parser = _DIALECT.stream_parser()
-        async with self._http.stream(
+        async with self._client.stream(
             "POST", f"{self.endpoint}/chat/completions", json=body, headers=headers
         ) as response:
             if response.status_code >= 400:
@@ -302,7 +309,7 @@ class ChatSession(vf.HarnessSession):
 
     async def _gate(self, call: vf.ToolCall, arguments: Any) -> dict:
         """Ask the rollout's tool gate before running ``call`` (allow, deny or stop)."""
-        response = await self._http.post(
+        response = await self._client.post(
             self.tool_interception_url,
             json={"tool_call_id": call.id, "name": call.name, "arguments": arguments},
             headers={"Authorization": f"Bearer {self.secret}"},

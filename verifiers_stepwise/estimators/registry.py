@@ -61,7 +61,7 @@ _cache: dict[str, tuple[tuple, dict[str, Registered]]] = {}
 
 def _installed_state() -> tuple:
     """What a change to the installed distributions changes: sys.path and its directories' mtimes."""
-    state = []
+    state: list[tuple[str, int | None]] = []
     for entry in sys.path:
         try:
             state.append((entry, os.stat(entry or ".").st_mtime_ns))

@@ -11,8 +11,9 @@
 Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
 an estimator picked by its registered name (so any installed estimator works on every host),
 configured by an ``options`` mapping that the estimator's own config validates →
-per-turn advantages written where that host's loss reads them. May import every layer but ``analysis``. Nothing in this package imports a host at import
-time; each host module imports its host when it is imported itself.
+per-turn advantages written where that host's loss reads them. May import every layer but
+``analysis``. Nothing in this package imports a host at import time; each host module imports
+its host when it is imported itself.
 """
 
 from __future__ import annotations

@@ -49,23 +49,31 @@ import sys
 import tempfile
 import types
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Final, Literal, Union, get_args, get_origin
 
 import numpy as np
 import verifiers.v1 as vf
-from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
-from prime_rl.orchestrator.algo.base import Algorithm
 from pydantic import BaseModel, Field, model_validator
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import CREDIT, Missing, score_group
 from verifiers_stepwise.traces.turns import TURN_REWARDS
 
+# prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
+with requires(
+    "verifiers_stepwise.hosts.prime_rl",
+    "prime_rl",
+    also="install prime-rl from https://github.com/PrimeIntellect-ai/prime-rl (not on PyPI)",
+):
+    from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
+    from prime_rl.orchestrator.algo.base import Algorithm
+
 __all__ = ["Float32Resolution", "StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
 
-TYPE = "stepwise"
+TYPE: Final = "stepwise"
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2^-23, the resolution of prime-rl's GRPO arithmetic
 
 
@@ -94,7 +102,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     """As prime-rl's GRPO field: every loss token weighs the same (prime-rl's default)."""
 
     @model_validator(mode="after")
-    def _estimator_builds(self):
+    def _estimator_builds(self) -> StepwiseAlgoConfig:
         try:
             self.build_estimator()
         except LookupError as error:  # pydantic reports ValueErrors, not LookupErrors
@@ -177,7 +185,7 @@ def register() -> None:
     members = get_args(old_union)
     if StepwiseAlgoConfig in members:
         return
-    new_union = Union[(*members, StepwiseAlgoConfig)]
+    new_union = Union[(*members, StepwiseAlgoConfig)]  # type: ignore[valid-type]  # a union made at run time
     new_alias = Annotated[(new_union, *metadata)]
     for module in _config_modules():
         if getattr(module, "AlgoConfig", None) is old_alias:
@@ -196,7 +204,7 @@ def register() -> None:
         model.model_rebuild(force=True)
 
 
-def _config_modules() -> list[types.ModuleType]:
+def _config_modules() -> list[Any]:  # prime-rl's config modules, whose names mypy cannot know
     return [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
 
 
@@ -223,7 +231,7 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     if origin is Annotated:
         return Annotated[swapped]
     if origin in (Union, types.UnionType):
-        return Union[swapped]  # noqa: UP007 (a tuple of members; X | Y cannot splat one)
+        return Union[swapped]  # noqa: UP007 (built from a tuple at run time; `X | Y` has no such form)
     return origin[swapped]
 
 

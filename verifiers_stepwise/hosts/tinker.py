@@ -32,17 +32,33 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-import chz
 import numpy as np
-import tinker
-from tinker import TensorData
-from tinker_cookbook.rl import data_processing
-from tinker_cookbook.rl import train as tinker_train
-from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from, score_turns
+
+# What tinker_cookbook.rl imports; tinker-cookbook itself needs --no-deps (see pyproject's extra).
+with requires(
+    "verifiers_stepwise.hosts.tinker",
+    "tinker_cookbook",
+    "tinker",
+    "chz",
+    "torch",
+    "datasets",
+    "PIL",
+    "blobfile",
+    "termcolor",
+    extra="tinker",
+    also="pip install --no-deps tinker-cookbook==0.6.1",
+):
+    import chz
+    import tinker
+    from tinker import TensorData
+    from tinker_cookbook.rl import data_processing
+    from tinker_cookbook.rl import train as tinker_train
+    from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup
 
 __all__ = [
     "CLIConfig",
@@ -142,7 +158,9 @@ def remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Es
 def _keep_groups_with_credit(original: Callable[..., Any], estimator: Estimator) -> Callable[..., Any]:
     """Wrap tinker's per-group filter so it only sees (and may drop) groups without credit."""
 
-    def drop_constant_reward_group(trajectory_group, config, *args, **kwargs):
+    def drop_constant_reward_group(
+        trajectory_group: TrajectoryGroup | None, config: Any, *args: Any, **kwargs: Any
+    ) -> TrajectoryGroup | None:
         if trajectory_group is not None and _carries_credit(trajectory_group, estimator):
             return trajectory_group
         return original(trajectory_group, config, *args, **kwargs)

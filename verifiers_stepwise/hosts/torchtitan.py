@@ -40,12 +40,17 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from, score_turns, trainer_imports
 
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
 """Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
 
-with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+# The extra's packages missing: install the extra; anything else torchtitan needs: name it.
+with (
+    trainer_imports("torchtitan", gpu_only=GPU_ONLY),
+    requires("verifiers_stepwise.hosts.torchtitan", "torchtitan", "torch", "renderers", extra="torchtitan"),
+):
     from torchtitan.config import Configurable
 
     try:  # torchtitan 0.3.0
@@ -94,7 +99,8 @@ class TurnAdvantages(float):
         value.per_turn = tuple(per_turn)
         return value
 
-    def __reduce__(self):  # torchtitan may move groups between processes
+    def __reduce__(self) -> tuple[type[TurnAdvantages], tuple[tuple[float, ...]]]:
+        # torchtitan may move groups between processes
         return (TurnAdvantages, (self.per_turn,))
 
     def __repr__(self) -> str:
@@ -204,7 +210,8 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
 
     def __init__(self, config: Config) -> None:
         # torchtitan's filter compares final rewards; this class filters on per-turn credit.
-        super().__init__(replace(config, drop_zero_std_reward_groups=False))
+        # (the field is torchtitan's, whose Config mypy cannot see: torchtitan ships no types)
+        super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
     def build_from_group(self, *, rollout_group: RolloutGroup) -> TrainingSampleGroup:

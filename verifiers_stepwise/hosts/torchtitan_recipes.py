@@ -46,6 +46,14 @@ with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
     from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
     from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
 
+with requires("verifiers_stepwise.hosts.torchtitan_recipes", "torchtitan", "torch", "renderers", extra="torchtitan"):
+    from renderers import Message
+    from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
+    from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
+    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
+    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
+    from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
+
 if TYPE_CHECKING:
     from torchtitan.experiments.rl.controller import Controller
 

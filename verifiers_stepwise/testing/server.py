@@ -252,7 +252,7 @@ class ModelServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[0][1]
 
     # -- handlers -----------------------------------------------------------------------------
 

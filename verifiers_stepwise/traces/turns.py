@@ -102,7 +102,7 @@ def read_turns(trace: Trace) -> TraceTurns | None:
     # rule of _turn_nodes (sum(raw_nodes, []) fails unless every turn is a list).
     if type(raw_nodes) is list and len(raw_nodes) == len(rewards) and all(raw_nodes):
         try:
-            listed = sum(raw_nodes, [])
+            listed: list | None = sum(raw_nodes, [])
         except TypeError:
             listed = None
         if listed == sampled and set(map(type, listed)) == {int}:
