@@ -28,8 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from renderers import Message
-
 from verifiers_stepwise.hosts import trainer_imports
 from verifiers_stepwise.hosts.torchtitan import (
     GPU_ONLY,
@@ -40,13 +38,6 @@ from verifiers_stepwise.hosts.torchtitan import (
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
 
 with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
-    from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
-    from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
-    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
-    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
-    from torchtitan.experiments.rl.examples.dapo_math.rubric import score_math_response
-
-with requires("verifiers_stepwise.hosts.torchtitan_recipes", "torchtitan", "torch", "renderers", extra="torchtitan"):
     from renderers import Message
     from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
     from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
