@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
+from typing import Any
 
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.extras import requires
@@ -143,7 +144,7 @@ def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
     unrewarded = [t for t, r in enumerate(rewards) if r is None]
     if unrewarded:
         raise RewardError(f"{where}: env turns {unrewarded} hold no {key!r}")
-    return rewards, index
+    return [r for r in rewards if r is not None], index
 
 
 class StepwiseAdvantage(Configurable):
@@ -267,7 +268,7 @@ def _per_turn(rollout: Rollout) -> tuple[float, ...]:
     return advantage.per_turn
 
 
-def check_credit(config: object) -> None:
+def check_credit(config: Any) -> None:
     """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
     ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
     broadcasts turn 0's advantage to every turn; this builder rejects scalar advantages only

@@ -65,7 +65,7 @@ def _base_module() -> Any:
     )
 
 
-_base = _base_module()
+_base: Any = _base_module()
 
 
 class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
@@ -91,7 +91,7 @@ def with_stepwise_credit(config: Any, **options: float | int | str | bool) -> An
     kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
     return replace(
         config,
-        rollouter=StepwiseVerifiersRollouter.Config(**kept, advantage=stepwise_advantage(**options)),
+        rollouter=StepwiseVerifiersRollouter.Config(**kept, advantage=stepwise_advantage("stepwise", **options)),
         async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
     )
 

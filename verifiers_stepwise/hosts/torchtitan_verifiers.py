@@ -488,7 +488,7 @@ def trace_to_turns(
     """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, credited by
     ``credit_turns`` (unless ``per_turn`` is False); the trace reward on the last one."""
     spans = sampled_spans(trace)
-    out = []
+    out: list[RolloutTurn] = []
     for span in spans:
         tokens, logprobs = span.branch.token_ids, span.branch.logprobs
         out.append(

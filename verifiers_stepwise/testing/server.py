@@ -183,8 +183,8 @@ class ModelServer:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._closing: asyncio.Event | None = None
-        self._runner: web.AppRunner | None = None
+        # What a hanging reply waits on; each start makes a fresh one in the server's loop (_open).
+        self._closing = asyncio.Event()
         self._error: BaseException | None = None
 
     @property
@@ -203,7 +203,7 @@ class ModelServer:
     def start(self) -> ModelServer:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), name="model-server", daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(self._loop, ready), name="model-server", daemon=True)
         self._thread.start()
         if not ready.wait(30):
             raise RuntimeError("model server did not start within 30 s")
@@ -226,11 +226,10 @@ class ModelServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _serve(self, ready: threading.Event) -> None:
-        loop = self._loop
+    def _serve(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(self._open())
+            runner = loop.run_until_complete(self._open())
         except BaseException as error:  # reported to start()
             self._error = error
             ready.set()
@@ -239,20 +238,21 @@ class ModelServer:
         try:
             loop.run_forever()
         finally:
-            loop.run_until_complete(self._runner.cleanup())
+            loop.run_until_complete(runner.cleanup())
             loop.close()
 
-    async def _open(self) -> None:
+    async def _open(self) -> web.AppRunner:
         self._closing = asyncio.Event()
         app = web.Application(client_max_size=1024**3)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.port)
         await site.start()
-        self.port = self._runner.addresses[0][1]
+        self.port = runner.addresses[0][1]
+        return runner
 
     # -- handlers -----------------------------------------------------------------------------
 
@@ -429,6 +429,7 @@ def spawned(reply: str) -> Iterator[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None and process.stdin is not None  # both are PIPEs
     try:
         yield process.stdout.readline().strip()
     finally:
