@@ -59,10 +59,11 @@ def imports(package: Path) -> Iterator[tuple[str, str, ast.Call | None]]:
         guarded: dict[int, ast.Call] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.With):
-                call = node.items[0].context_expr
-                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "requires":
-                    for inner in ast.walk(node):
-                        guarded[id(inner)] = call
+                for item in node.items:
+                    call = item.context_expr
+                    if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "requires":
+                        for inner in ast.walk(node):
+                            guarded[id(inner)] = call
         by_module = {module: call for call in guarded.values() for module in named(call)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

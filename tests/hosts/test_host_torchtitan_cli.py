@@ -19,7 +19,7 @@ from torchtitan.experiments.rl.components.training_sample_builder import Trainin
 from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 
 from verifiers_stepwise import ConfigError
-from verifiers_stepwise.hosts import TrainerDependencyMissing
+from verifiers_stepwise.extras import TrainerDependencyMissing, requires
 from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, StepwiseTrainingSampleBuilder, check_credit
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
 
@@ -97,13 +97,14 @@ def test_on_a_cpu_box_the_recipe_module_names_the_gpu_package_not_cannot_import_
     done = subprocess.run([sys.executable, "-c", _LOAD_THE_RECIPE], capture_output=True, text=True, timeout=180)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    prefix = "verifiers_stepwise.hosts.TrainerDependencyMissing: torchtitan needs "
+    prefix = "verifiers_stepwise.extras.TrainerDependencyMissing: torchtitan needs "
     assert any(last.startswith(f"{prefix}{name!r} (a GPU-only package") for name in GPU_ONLY), last
     assert "Cannot import module" not in done.stderr
 
 
 def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_errors():
-    from verifiers_stepwise.hosts import trainer_imports
+    def trainer_imports(trainer: str, gpu_only):
+        return requires("a trainer module", trainer, extra="torchtitan", trainer=trainer, gpu_only=gpu_only)
 
     with pytest.raises(TrainerDependencyMissing, match="'vllm' \\(a GPU-only package") as missing:
         with trainer_imports("torchtitan", gpu_only=GPU_ONLY):

@@ -18,14 +18,13 @@ its host when it is imported itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
-__all__ = ["OPTIONS_DOC", "TrainerDependencyMissing", "estimator_from", "score_turns", "trainer_imports"]
+__all__ = ["OPTIONS_DOC", "estimator_from", "score_turns"]
 
 OPTIONS_DOC = "Fields of the estimator's own config (e.g. gamma, baseline), validated by it; unset keeps its defaults."
 """What every host config says of its ``options`` (the fields themselves live in one place:
@@ -47,33 +46,3 @@ def score_turns(estimator: Estimator, groups: Sequence[Sequence[Sequence[float]]
 
     batch = RaggedBatch.from_groups(groups)
     return batch.split(estimator.batched(batch))
-
-
-class TrainerDependencyMissing(RuntimeError):
-    """A trainer module imports a package that is not installed; ``name`` is that package.
-
-    Not an ImportError on purpose: torchtitan's ConfigManager reports any ImportError raised by
-    a ``--module`` as "Cannot import module", which hides which package is missing."""
-
-    def __init__(self, message: str, *, name: str) -> None:
-        super().__init__(message)
-        self.name = name
-
-
-@contextmanager
-def trainer_imports(trainer: str, *, gpu_only: Sequence[str] = ()) -> Iterator[None]:
-    """Imports of ``trainer`` (a top-level package name) and what it needs: a missing module of
-    another distribution raises TrainerDependencyMissing naming it (and saying when it is one of
-    ``gpu_only``); a missing module of ``trainer`` itself or of this package is raised as is."""
-    try:
-        yield
-    except ModuleNotFoundError as error:
-        root = (error.name or "").partition(".")[0]
-        if root in ("", trainer, "verifiers_stepwise"):
-            raise
-        kind = (
-            "a GPU-only package, installed with the trainer on a CUDA machine" if root in gpu_only else "not installed"
-        )
-        raise TrainerDependencyMissing(
-            f"{trainer} needs {root!r} ({kind}); it is not installed in this environment", name=root
-        ) from error

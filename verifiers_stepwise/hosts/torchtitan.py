@@ -42,15 +42,20 @@ from typing import Any
 
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts import estimator_from, score_turns, trainer_imports
+from verifiers_stepwise.hosts import estimator_from, score_turns
 
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
 """Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
 
 # The extra's packages missing: install the extra; anything else torchtitan needs: name it.
-with (
-    trainer_imports("torchtitan", gpu_only=GPU_ONLY),
-    requires("verifiers_stepwise.hosts.torchtitan", "torchtitan", "torch", "renderers", extra="torchtitan"),
+with requires(
+    "verifiers_stepwise.hosts.torchtitan",
+    "torchtitan",
+    "torch",
+    "renderers",
+    extra="torchtitan",
+    trainer="torchtitan",
+    gpu_only=GPU_ONLY,
 ):
     from torchtitan.config import Configurable
 

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from torchtitan.experiments.rl.controller import Controller
+from verifiers_stepwise.extras import requires
+from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, check_credit
 
-from verifiers_stepwise.hosts.torchtitan import check_credit
+with requires(
+    "verifiers_stepwise.hosts.torchtitan_controller",
+    "torchtitan",
+    extra="torchtitan",
+    trainer="torchtitan",
+    gpu_only=GPU_ONLY,
+):
+    from torchtitan.experiments.rl.controller import Controller
 
 __all__ = ["StepwiseController", "stepwise_controller"]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.hosts import trainer_imports
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts.torchtitan import (
     GPU_ONLY,
     StepwiseAdvantage,
@@ -37,7 +37,15 @@ from verifiers_stepwise.hosts.torchtitan import (
 )
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
 
-with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+with requires(
+    "verifiers_stepwise.hosts.torchtitan_recipes",
+    "torchtitan",
+    "torch",
+    "renderers",
+    extra="torchtitan",
+    trainer="torchtitan",
+    gpu_only=GPU_ONLY,
+):
     from renderers import Message
     from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
     from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
@@ -177,7 +185,15 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
 def _torchtitan_dapo_recipe() -> tuple[Controller.Config, Any]:
     """torchtitan's 8K DAPO-Math config and ``stepwise_controller``, or TrainerDependencyMissing."""
     # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
-    with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+    with requires(
+        "verifiers_stepwise.hosts.torchtitan_recipes",
+        "torchtitan",
+        "torch",
+        "renderers",
+        extra="torchtitan",
+        trainer="torchtitan",
+        gpu_only=GPU_ONLY,
+    ):
         from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
 
         from verifiers_stepwise.hosts.torchtitan_controller import stepwise_controller

@@ -39,15 +39,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-import tyro
-
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.hosts import trainer_imports
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts.token_endpoint import TokenEndpoint, TokenReply, TokenRequest
 from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, TURN_INDEX, TURN_REWARD, StepwiseAdvantage
 from verifiers_stepwise.traces.turns import read_turns
 
-with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
+with requires(
+    "verifiers_stepwise.hosts.torchtitan_verifiers",
+    "torchtitan",
+    "torch",
+    "renderers",
+    "tyro",
+    extra="torchtitan",
+    trainer="torchtitan",
+    gpu_only=GPU_ONLY,
+):
+    import tyro
     from torchtitan.config import Configurable
     from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
     from torchtitan.experiments.rl.rollout.rollouter import Rollouter

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from verifiers_stepwise.extras import requires
+
 __all__ = ["QWEN3_SPECIAL_TOKENS", "qwen3_byte_tokenizer"]
 
 QWEN3_SPECIAL_TOKENS = (
@@ -31,8 +33,9 @@ QWEN3_SPECIAL_TOKENS = (
 
 def qwen3_byte_tokenizer(path: str | Path) -> str:
     """Write the tokenizer to ``path`` (created if needed) and return it as a string."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    with requires("verifiers_stepwise.testing.tokenizer", "tokenizers", "transformers", extra="torchtitan"):
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet, key=_byte_of))}
