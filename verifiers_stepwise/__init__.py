@@ -34,6 +34,8 @@ _EXPORTS = {
     "StepwiseConfig": "estimators.stepwise",
     "GRPO": "estimators.grpo",
     "GRPOConfig": "estimators.grpo",
+    "TurnCredit": "estimators.turn_credit",
+    "TurnCreditConfig": "estimators.turn_credit",
     "available_estimators": "estimators.registry",
     "available_environments": "estimators.registry",
     "estimator_class": "estimators.registry",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     )
     from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
     from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
+    from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
     from verifiers_stepwise.traces.credit import score_group
     from verifiers_stepwise.traces.turns import (
         TraceTurns,
