@@ -34,7 +34,7 @@ class TurnCredit(Estimator):
                     every trajectory, a stopped one entering with 0 (see ``baselines``)
         A_{j,t}   = A_j + β (c_{j,t} − (1/T_j) Σ_s c_{j,s})
 
-    Properties (tests/test_new_estimators.py): Σ_t A_{j,t} = T_j A_j (the trajectory keeps
+    Properties (tests/test_turn_credit.py): Σ_t A_{j,t} = T_j A_j (the trajectory keeps
     grpo's total, the redistribution is zero-sum); β = 0 or T_j = 1 gives grpo's values exactly;
     identical rollouts get exactly 0; adding a constant to every reward changes nothing when
     all trajectories have the same length. prime-rl's version weights the mean by tokens; this
