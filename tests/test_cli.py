@@ -241,7 +241,7 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     main_est = get_estimator("stepwise", gamma=0.6)
     compare = get_estimator("stepwise", gamma=0.6, baseline="per_turn")
     assert [e["label"] for e in report["estimators"]] == [
-        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='pooled')",
+        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='absorbing')",
         "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
     ]
     assert_rows_close(report["estimators"][1]["turns"], per_turn_reference(groups, compare))
@@ -442,6 +442,8 @@ def test_readme_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
         capsys,
         "advantages",
         "traces.jsonl",
+        "--baseline",
+        "pooled",
         "--compare",
         ":baseline=per_turn",
         "--gammas",
@@ -483,7 +485,7 @@ def test_list_shows_estimators_with_fields_and_defaults(capsys):
     assert stepwise["class"] == "verifiers_stepwise.estimators.stepwise:Stepwise"
     fields = {f["name"]: f for f in stepwise["fields"]}
     assert fields["gamma"]["default"] == 0.4 and fields["gamma"]["type"] == "float"
-    assert fields["baseline"]["type"] == "pooled|per_turn|leave_one_out|trajectory"
+    assert fields["baseline"]["type"] == "pooled|per_turn|absorbing|leave_one_out|trajectory"
     assert "Discount" in fields["gamma"]["description"]
     assert listing["environments"]["stepwise-refine"] == "stepwise_refine"  # the bundled env
     code, out, _ = run(capsys, "list")

@@ -146,15 +146,15 @@ def test_pooled_discounting_flips_early_credit_on_outcome_rewards():
     task = refine(reward="outcome")
     rewards = torch.zeros(8, task.turns, dtype=torch.float64)
     rewards[:4, -1] = 1.0  # half the group solved it
-    pooled = turn_advantages(get_estimator("stepwise", gamma=0.4), rewards, 8)
+    pooled = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="pooled"), rewards, 8)
     per_turn = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="per_turn"), rewards, 8)
-    gentle = turn_advantages(get_estimator("stepwise", gamma=0.8), rewards, 8)
+    gentle = turn_advantages(get_estimator("stepwise", gamma=0.8, baseline="pooled"), rewards, 8)
     assert pooled[0, 0] < 0 and pooled[0, -1] > 0
     assert per_turn[0, 0] > 0 and gentle[0, 0] > 0
     assert (pooled[0] > pooled[4]).all()  # still ordered within each turn, just shifted
     one = torch.zeros(8, task.turns, dtype=torch.float64)
     one[0, -1] = 1.0  # a single success is enough to flip its first two turns at γ = 0.4
-    lone = turn_advantages(get_estimator("stepwise", gamma=0.4), one, 8)
+    lone = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="pooled"), one, 8)
     assert lone[0, 0] < 0 and lone[0, 1] < 0 and lone[0, 2] > 0
 
 
