@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
-from verifiers_stepwise.traces.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns, sampled_nodes
+from verifiers_stepwise.traces.turns import (
+    Reading,
+    TraceTurns,
+    TurnSchemaError,
+    place_advantages,
+    read_turns,
+    sampled_nodes,
+)
 
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
@@ -44,6 +51,7 @@ def score_group(
     estimator: Estimator | str,
     *,
     missing: Missing = "final_turn",
+    turn_rewards: Reading = "rewards",
 ) -> list[list[float]]:
     """Advantages for every turn of a group's trainable, error-free traces, written on nodes.
 
@@ -54,6 +62,9 @@ def score_group(
       missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
         is a turn, the earlier ones with reward 0 and the last with the trace's reward
         ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
+      turn_rewards: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
+        ``None`` rejected) or "scores" (per-turn scores φ_t, ``None`` = unscored, credited by
+        differences as prime-rl PR #3282 reads the key; see ``traces.turns``).
 
     Returns:
       One list per trace, in episode order then trace order: the per-turn advantages of a
@@ -77,7 +88,7 @@ def score_group(
         if reason is not None:
             trace.info[CREDIT] = {"estimator": label, "excluded": reason}
             continue
-        turns = read_turns(trace)
+        turns = read_turns(trace, turn_rewards)
         if turns is None or not turns.rewards:
             turns = _final_turn(trace, missing)
         group.append((k, trace, turns))
