@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 from credit_lab.control import compare_advantages
-from credit_lab.exact import evaluate, occupancy, return_gradient, true_advantages
+from credit_lab.exact import evaluate, flows, occupancy, return_gradient, true_advantages
 from credit_lab.methods import DEFAULT_METHODS, Method
 from credit_lab.policy import TabularPolicy, rollout
 from credit_lab.report import summarize
-from credit_lab.tasks import TASKS, refine, single_turn
+from credit_lab.tasks import TASKS, detour, refine, refine_pm1, single_turn, submit
 from credit_lab.train import TrainConfig, train, turn_advantages
 
 from verifiers_stepwise import UnknownEstimator, get_estimator
@@ -94,9 +94,33 @@ def test_return_gradient_is_the_autograd_gradient(name):
     task = TASKS[name]()
     logits = torch.randn(task.n_observations, task.n_actions, dtype=torch.float64, requires_grad=True)
     probs = torch.softmax(logits, -1).reshape(task.n_prompts, task.n_states, task.n_actions)
-    (autograd,) = torch.autograd.grad((occupancy(task, probs)[1:] * task.reward).sum(), logits)
+    (autograd,) = torch.autograd.grad((flows(task, probs)[1] * task.reward).sum(), logits)
     p = probs.detach()
     assert torch.allclose(return_gradient(task, p, true_advantages(task, p)), autograd, atol=1e-14)
+
+
+def optimal_returns(task) -> torch.Tensor:
+    """(P,) the best expected return from each prompt's start, by dynamic programming (max over a)."""
+    prompts = torch.arange(task.n_prompts)[:, None, None]
+    nxt = task.next_state[None]
+    value = torch.zeros(task.n_prompts, task.n_states, dtype=torch.float64)
+    going = (~task.terminal).double()
+    for t in reversed(range(task.turns)):
+        value = (task.reward[t][prompts, nxt] + going[prompts, nxt] * value[prompts, nxt]).amax(-1)
+    return value[torch.arange(task.n_prompts), task.start]
+
+
+def test_new_tasks_optima_are_as_documented():
+    pm1 = refine_pm1()
+    distance = torch.tensor([bin(p).count("1") for p in range(pm1.n_prompts)], dtype=torch.float64)
+    expected = torch.where(distance == 0, 1.0, 2.0 - distance)  # d − 1 wrong attempts, then right
+    assert torch.allclose(optimal_returns(pm1), expected)
+    assert torch.allclose(optimal_returns(submit()), torch.ones(8, dtype=torch.float64))
+    assert torch.allclose(optimal_returns(detour()), torch.full((2,), 4.4, dtype=torch.float64))
+    # an always-right refine_pm1 rollout stops: lengths vary
+    policy = TabularPolicy(pm1)
+    batch = rollout(pm1, policy, torch.arange(16).repeat(8), torch.Generator().manual_seed(0))
+    assert batch.lengths.min() < pm1.turns and (batch.rewards[~batch.played] == 0).all()
 
 
 def test_single_turn_control_gives_identical_curves():
