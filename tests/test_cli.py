@@ -241,8 +241,8 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     main_est = get_estimator("stepwise", gamma=0.6)
     compare = get_estimator("stepwise", gamma=0.6, baseline="per_turn")
     assert [e["label"] for e in report["estimators"]] == [
-        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='absorbing')",
-        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
+        "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='absorbing')",
+        "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
     ]
     assert_rows_close(report["estimators"][1]["turns"], per_turn_reference(groups, compare))
     assert [e["returns"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
@@ -442,8 +442,12 @@ def test_readme_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
         capsys,
         "advantages",
         "traces.jsonl",
+        "--gamma",
+        "0.4",
         "--baseline",
         "pooled",
+        "--scale",
+        "std",
         "--compare",
         ":baseline=per_turn",
         "--gammas",

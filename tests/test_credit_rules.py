@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from tests import strategies as s
 from verifiers_stepwise import get_estimator
 
+KEVIN = {"gamma": 0.4, "baseline": "pooled", "scale": "std"}
+"""Kevin's configuration, the package default before issue #16."""
+
 SAFE = {
     "stepwise (default)": {},
-    "stepwise γ=1": {"gamma": 1.0},
+    "stepwise γ=0.4 std": {"gamma": 0.4, "scale": "std"},
     "grpo": None,
     "turn_credit (default)": "turn_credit",
 }
@@ -75,20 +78,20 @@ def test_rule3_constant_shift_changes_nothing_at_equal_lengths(name, T, data, c)
 def test_kevin_pooled_pushes_up_the_last_wrong_attempt():
     """Rule 1 broken: one rollout right at once, four wrong three times (γ 0.4, sum, pooled)."""
     group = [[1.0]] + [[-1.0, -1.0, -1.0]] * 4
-    wrong = get_estimator("stepwise", baseline="pooled")(group)[1]
+    wrong = get_estimator("stepwise", **KEVIN)(group)[1]
     assert wrong == pytest.approx([-0.6357, -0.3926, 0.2150], abs=1e-4)
-    assert get_estimator("stepwise", baseline="leave_one_out")(group)[1][2] > 0.0
+    assert get_estimator("stepwise", **{**KEVIN, "baseline": "leave_one_out"})(group)[1][2] > 0.0
 
 
 def test_kevin_pooled_credits_identical_rollouts():
     """Rule 2 broken: two identical [1, 1] rollouts get ±1 by position."""
-    advantages = get_estimator("stepwise", baseline="pooled", eps=0.0)([[1.0, 1.0], [1.0, 1.0]])
+    advantages = get_estimator("stepwise", **KEVIN, eps=0.0)([[1.0, 1.0], [1.0, 1.0]])
     assert advantages == [[1.0, -1.0], [1.0, -1.0]]
 
 
 def test_per_turn_leaves_late_wrong_attempts_at_zero():
     """Rule 1 broken, weakly: once the success has stopped, the turn-t set holds only the wrong."""
-    assert get_estimator("stepwise", baseline="per_turn")([[1.0], [-1.0, -1.0, -1.0]])[1][1:] == [0.0, 0.0]
+    assert get_estimator("stepwise", gamma=0.4, baseline="per_turn")([[1.0], [-1.0, -1.0, -1.0]])[1][1:] == [0.0, 0.0]
 
 
 def test_absorbing_baseline_prices_stopping_so_a_bonus_per_turn_is_an_incentive():
@@ -101,6 +104,6 @@ def test_absorbing_baseline_prices_stopping_so_a_bonus_per_turn_is_an_incentive(
 
 def test_max_returns_are_not_shift_invariant():
     """Rule 3 broken by aggregation "max": max(r_t, γ R_{t+1}) is not linear in the rewards."""
-    estimator = get_estimator("stepwise", aggregation="max")
+    estimator = get_estimator("stepwise", aggregation="max", gamma=0.4)
     group = [[0.0, 0.0], [-1.0, 0.0]]
     assert estimator(group) != estimator([[r + 1.0 for r in t] for t in group])

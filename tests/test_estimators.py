@@ -123,7 +123,7 @@ def test_n3_unit_scale_with_population_std(group, gamma, aggregation):
     mean = math.fsum(returns) / len(returns)
     std = math.sqrt(math.fsum((r - mean) ** 2 for r in returns) / len(returns))
     assume(len(group) > 1 and std > 1e-3 * max(1.0, max(abs(r) for r in returns)))
-    advantages = np.array(flat(Stepwise(gamma=gamma, aggregation=aggregation, baseline="pooled", eps=0.0)(group)))
+    advantages = np.array(flat(Stepwise(gamma=gamma, aggregation=aggregation, baseline="pooled", scale="std", eps=0.0)(group)))
     assert advantages.std(ddof=0) == pytest.approx(1.0, abs=1e-9)
 
 
@@ -162,7 +162,8 @@ def test_n4_pooled_advantages_are_not_shift_invariant():
     """docs/properties.md N4: γ = 0.4, trajectories [0,0,1],[0,1],[0,0,0]; shift every reward by −1."""
     group = [[0.0, 0.0, 1.0], [0.0, 1.0], [0.0, 0.0, 0.0]]
     shifted = [[r - 1.0 for r in t] for t in group]
-    base, moved = Stepwise(gamma=0.4, baseline="pooled")(group), Stepwise(gamma=0.4, baseline="pooled")(shifted)
+    kevin = Stepwise(gamma=0.4, baseline="pooled", scale="std")
+    base, moved = kevin(group), kevin(shifted)
     assert max(abs(x - y) for x, y in zip(flat(base), flat(moved))) > 0.5
 
 
@@ -234,7 +235,7 @@ def test_n7_outcome_only_gamma_one_trajectory_baseline_is_grpo(trajectories, sca
 
 def test_n8_kevin_pooled_positional_bias_is_pinned():
     """Equal rewards, yet pooling favours early turns: they sum more discounted terms."""
-    A = Stepwise(gamma=0.4, baseline="pooled")([[1, 1, 1, 1], [1, 1, 1, 1]])
+    A = Stepwise(gamma=0.4, baseline="pooled", scale="std")([[1, 1, 1, 1], [1, 1, 1, 1]])
     assert A[0] == A[1]
     assert A[0] == pytest.approx([0.9392, 0.6756, 0.0165, -1.6313], abs=1e-4)
 
@@ -270,16 +271,16 @@ def test_n11_finite_for_huge_and_tiny_magnitudes(group, baseline, scale):
 
 
 def test_n11_huge_rewards_std_scaled():
-    A = Stepwise(gamma=0.0, eps=0.0)([[1e300], [-1e300]])
+    A = Stepwise(gamma=0.0, scale="std", eps=0.0)([[1e300], [-1e300]])
     assert A == [[1.0], [-1.0]]
 
 
 # -- configs and errors -----------------------------------------------------------------------
 
 
-def test_default_is_the_absorbing_baseline_with_kevins_discount():
+def test_default_is_the_undiscounted_mean_only_absorbing_baseline():
     config = get_estimator("stepwise").config
-    assert config == StepwiseConfig(gamma=0.4, aggregation="sum", baseline="absorbing", scale="std", eps=1e-6)
+    assert config == StepwiseConfig(gamma=1.0, aggregation="sum", baseline="absorbing", scale="none", eps=1e-6)
 
 
 @pytest.mark.parametrize(

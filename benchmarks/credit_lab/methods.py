@@ -62,11 +62,14 @@ DEFAULT_METHODS: tuple[Method, ...] = (
     Method("stepwise", {"aggregation": "max", "gamma": 0.8, "baseline": "pooled"}),
     Method("stepwise", {"aggregation": "mean", "gamma": 0.4, "baseline": "pooled"}),
     Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "per_turn"}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "absorbing"}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.8, "baseline": "absorbing"}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "absorbing", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.8, "baseline": "absorbing", "scale": "none"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing", "scale": "none"}),
     Method("turn_credit", {"gamma": 0.9, "beta": 1.0}),
+    Method("turn_credit", {"gamma": 0.9, "beta": 0.25}),
 )
 """Trajectory-level GRPO; Kevin's pooled stepwise (the old default, sum γ 0.4, and max γ 0.8);
-pooled over horizon-aware mean returns; the per_turn baseline; the absorbing baseline (the new
-default is γ 0.4) at three discounts; turn_credit with prime-rl's defaults."""
+pooled over horizon-aware mean returns; the per_turn baseline; the absorbing baseline
+std-scaled and mean-only (the new default: γ 1, scale "none"); turn_credit at β 1 (prime-rl's
+default) and 0.25."""

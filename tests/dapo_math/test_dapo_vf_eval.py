@@ -77,17 +77,18 @@ def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
         assert trace.rewards["correct"].score == 1.0
         feedback = [n.message.content for n in trace.nodes if n.message.role == "user"][1:]
         assert feedback[0] == "Nope."
-    # the default (absorbing baseline): turn 0 is [1] against [-1 + 0.4]; at turn 1 the stopped
-    # rollout counts as 0 against the late right answer
+    # the default (absorbing baseline, γ 1, mean-only): turn 0 is [1] against [-1 + 1]; at turn 1
+    # the stopped rollout counts as 0 against the late right answer
     advantages = {len(a): a for a in score_group(first, "stepwise")}
-    assert advantages[1] == pytest.approx([1.0], abs=1e-4)
-    assert advantages[2] == pytest.approx([-1.0, 1.0], abs=1e-4)
-    pooled = {len(a): a for a in score_group(first, get_estimator("stepwise", baseline="pooled"))}
+    assert advantages[1] == pytest.approx([0.5])
+    assert advantages[2] == pytest.approx([-0.5, 0.5])
+    kevin = get_estimator("stepwise", gamma=0.4, baseline="pooled", scale="std")
+    pooled = {len(a): a for a in score_group(first, kevin)}
     assert pooled[2] == pytest.approx([-1.4142, 0.7071], abs=1e-4)
     # identical rollouts: nothing to credit under the default; Kevin's pooled credits positions
     assert score_group(second, "stepwise") == [[0.0] * 3] * 2
-    kevin = score_group(second, get_estimator("stepwise", baseline="pooled"))
-    assert kevin[0] == kevin[1] and kevin[0][0] != 0.0
+    identical = score_group(second, kevin)
+    assert identical[0] == identical[1] and identical[0][0] != 0.0
     for episode in first:
         assert episode.traces[0].info["turn_credit"]
 
@@ -131,5 +132,5 @@ def test_refine_run_then_vf_stepwise_gives_no_wrong_attempt_of_a_failed_rollout_
             assert all(a < 0.0 for a in values), values
         else:
             assert values[0] > 0.0
-    kevin = advantages("--baseline", "pooled")
+    kevin = advantages("--gamma", "0.4", "--baseline", "pooled", "--scale", "std")
     assert [round(a, 4) for a in next(v for v in kevin.values() if len(v) == 3)] == [-0.6357, -0.3926, 0.215]

@@ -6,7 +6,7 @@ import numpy as np
 from pydantic import Field
 
 from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
-from verifiers_stepwise.estimators.baselines import Baseline, baseline_advantages
+from verifiers_stepwise.estimators.baselines import Baseline, Scale, baseline_advantages
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Aggregation, ragged_discounted_returns
 
@@ -14,8 +14,11 @@ __all__ = ["Stepwise", "StepwiseConfig"]
 
 
 class StepwiseConfig(EstimatorConfig):
-    gamma: float = Field(0.4, ge=0.0, le=1.0, allow_inf_nan=False)
-    """Discount γ between turns (Kevin uses 0.4)."""
+    scale: Scale = "none"
+    """"none": mean-centering only (the default: with the absorbing baseline it keeps the
+    expected update a multiple of the true gradient); "std": divide by population std + eps."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Discount γ between turns (1, the default, is the undiscounted objective; Kevin uses 0.4)."""
     aggregation: Aggregation = "sum"
     """"sum": discounted reward-to-go; "max": best discounted future turn reward; "mean":
     discounted mean of the rewards ahead (horizon-aware, so pooled positions compare fairly)."""
@@ -41,11 +44,12 @@ class Stepwise(Estimator):
     (baseline (ΣX − R_{j,t}) / (|X| − 1), scaled by the pool's std); trajectory =
     {R_{k,1}} with A_{j,t} = A_{j,1} for every t.
 
-    The default (absorbing, sum, γ 0.4) passes the three rules of docs/estimators.md: an
-    all-wrong trajectory in a group where one succeeds gets a negative advantage on every turn
-    (rewards ±1 with stop-on-success), identical rollouts get exactly 0, and adding a constant
-    to every reward changes nothing among trajectories of equal length. Kevin's configuration
-    is ``baseline="pooled"``, safe only with non-negative rewards and equal lengths.
+    The default (absorbing, sum, γ 1, scale "none"; chosen by benchmarks/learning.py, see
+    docs/estimators.md) passes the three rules there: an all-wrong trajectory in a group where
+    one succeeds gets a negative advantage on every turn (rewards ±1 with stop-on-success),
+    identical rollouts get exactly 0, and adding a constant to every reward changes nothing
+    among trajectories of equal length. Kevin's configuration is ``gamma=0.4,
+    baseline="pooled", scale="std"``, safe only with non-negative rewards.
 
     Known biases (all pinned by tests, see docs/estimators.md): the pooled baseline favours
     early turns when rewards are non-negative, since earlier turns add more discounted terms
