@@ -128,27 +128,31 @@ def test_single_turn_control_gives_identical_curves():
     reference, *others = DEFAULT_METHODS
     base = train(task, reference.build(), SMOKE)
     assert base.success[-1] > base.success[0]  # it learns at all
+    mean_only = Method("grpo", {"scale": "none"})
+    base_mean_only = train(task, mean_only.build(), SMOKE)
     for method in others:
-        agreement = compare_advantages(task, reference.build(), method.build(), SMOKE, batches=4)
+        # mean-only methods are compared with mean-only grpo (Dr. GRPO), std-scaled with grpo
+        ref, ref_run = (mean_only, base_mean_only) if method.config.get("scale") == "none" else (reference, base)
+        agreement = compare_advantages(task, ref.build(), method.build(), SMOKE, batches=4)
         if method.config.get("baseline") == "leave_one_out":
             # RLOO scales deviations by n/(n − 1): same direction, different size.
             assert not agreement.identical and agreement.scale == pytest.approx(8 / 7, rel=1e-12)
             continue
         assert agreement.identical, method.label
         run = train(task, method.build(), SMOKE)
-        np.testing.assert_array_equal(run.success, base.success)
+        np.testing.assert_array_equal(run.success, ref_run.success)
 
 
 def test_control_check_fails_when_identical_advantages_give_different_curves():
     task = single_turn()
-    grpo, stepwise = Method("grpo"), Method("stepwise")
+    grpo, stepwise = Method("grpo"), Method("stepwise", {"scale": "std"})
     config = dataclasses.replace(SMOKE, steps=2)
     run = train(task, grpo.build(), config)
     tampered = dataclasses.replace(run, success=run.success + 1e-9)
-    lines = learning.control_check(task, {"grpo": [run], "stepwise": [run]}, [grpo, stepwise], config)
+    lines = learning.control_check(task, {"grpo": [run], stepwise.label: [run]}, [grpo, stepwise], config)
     assert "curves identical" in lines[0]
     with pytest.raises(AssertionError, match="learning curve differs"):
-        learning.control_check(task, {"grpo": [run], "stepwise": [tampered]}, [grpo, stepwise], config)
+        learning.control_check(task, {"grpo": [run], stepwise.label: [tampered]}, [grpo, stepwise], config)
 
 
 def test_per_turn_credit_learns_the_refinement_task():
@@ -209,12 +213,12 @@ def test_command_writes_table_json_and_plot(tmp_path, capsys):
         "--method",
         "grpo",
         "--method",
-        "stepwise:gamma=0.4",
+        "stepwise:gamma=0.4,scale=std",
     ]
     assert learning.main(argv) == 0
     table = (out / "results.md").read_text()
     assert "## refine" in table and "## single_turn" in table
-    assert "| `grpo` |" in table and "| `stepwise:gamma=0.4` |" in table
+    assert "| `grpo` |" in table and "| `stepwise:gamma=0.4,scale=std` |" in table
     assert "advantages identical to `grpo`; curves identical" in table
     assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "results.md" in capsys.readouterr().out

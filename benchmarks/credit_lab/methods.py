@@ -58,10 +58,10 @@ class Method:
 
 DEFAULT_METHODS: tuple[Method, ...] = (
     Method("grpo"),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "pooled"}),
-    Method("stepwise", {"aggregation": "max", "gamma": 0.8, "baseline": "pooled"}),
-    Method("stepwise", {"aggregation": "mean", "gamma": 0.4, "baseline": "pooled"}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "per_turn"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "max", "gamma": 0.8, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "mean", "gamma": 0.4, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "per_turn", "scale": "std"}),
     Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "absorbing", "scale": "std"}),
     Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing", "scale": "std"}),
     Method("stepwise", {"aggregation": "sum", "gamma": 0.8, "baseline": "absorbing", "scale": "none"}),
