@@ -488,12 +488,13 @@ def test_list_shows_estimators_with_fields_and_defaults(capsys):
     stepwise = next(e for e in listing["estimators"] if e["name"] == "stepwise")
     assert stepwise["class"] == "verifiers_stepwise.estimators.stepwise:Stepwise"
     fields = {f["name"]: f for f in stepwise["fields"]}
-    assert fields["gamma"]["default"] == 0.4 and fields["gamma"]["type"] == "float"
+    assert fields["gamma"]["default"] == 1.0 and fields["gamma"]["type"] == "float"
+    assert fields["baseline"]["default"] == "absorbing" and fields["scale"]["default"] == "none"
     assert fields["baseline"]["type"] == "pooled|per_turn|absorbing|leave_one_out|trajectory"
     assert "Discount" in fields["gamma"]["description"]
     assert listing["environments"]["stepwise-refine"] == "stepwise_refine"  # the bundled env
     code, out, _ = run(capsys, "list")
-    assert "stepwise" in out and "grpo" in out and "gamma" in out and "0.4" in out
+    assert "stepwise" in out and "grpo" in out and "turn_credit" in out and "gamma" in out and "absorbing" in out
     assert "stepwise-refine" in out
 
 
