@@ -45,10 +45,14 @@ def dapo_refine_group(draw):
     return [[-1.0] * K if k is None else [-1.0] * k + [1.0] for k in solved_at]
 
 
-@pytest.mark.parametrize("name", list(SAFE))
+MEAN_POOLED = {"aggregation": "mean", "baseline": "pooled", "scale": "std"}
+
+
+@pytest.mark.parametrize("name", [*SAFE, "mean pooled"])
 @given(group=dapo_refine_group())
 def test_rule1_all_wrong_trajectory_is_negative_on_every_turn(name, group):
-    for rewards, advantages in zip(group, build(name)(group)):
+    estimator = get_estimator("stepwise", **MEAN_POOLED) if name == "mean pooled" else build(name)
+    for rewards, advantages in zip(group, estimator(group)):
         if rewards[-1] == -1.0:
             assert all(a < 0.0 for a in advantages), (group, advantages)
 
@@ -107,3 +111,16 @@ def test_max_returns_are_not_shift_invariant():
     estimator = get_estimator("stepwise", aggregation="max", gamma=0.4)
     group = [[0.0, 0.0], [-1.0, 0.0]]
     assert estimator(group) != estimator([[r + 1.0 for r in t] for t in group])
+
+
+def test_mean_pooled_still_credits_identical_rollouts_by_position():
+    """Rule 2 broken by pooled "mean" returns when rewards vary within the trajectory."""
+    advantages = get_estimator("stepwise", **MEAN_POOLED)([[0.0, 1.0], [0.0, 1.0]])
+    assert advantages[0] == advantages[1] and advantages[0][0] < 0.0 < advantages[0][1]
+
+
+@given(st.integers(1, 5), st.data(), s.gamma, s.scale)
+def test_per_turn_equals_absorbing_at_equal_lengths(T, data, gamma, scale):
+    group = data.draw(st.lists(st.lists(st.floats(-3.0, 3.0), min_size=T, max_size=T), min_size=1, max_size=6))
+    per_turn = get_estimator("stepwise", gamma=gamma, baseline="per_turn", scale=scale)(group)
+    assert per_turn == get_estimator("stepwise", gamma=gamma, baseline="absorbing", scale=scale)(group)
