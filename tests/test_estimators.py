@@ -123,7 +123,9 @@ def test_n3_unit_scale_with_population_std(group, gamma, aggregation):
     mean = math.fsum(returns) / len(returns)
     std = math.sqrt(math.fsum((r - mean) ** 2 for r in returns) / len(returns))
     assume(len(group) > 1 and std > 1e-3 * max(1.0, max(abs(r) for r in returns)))
-    advantages = np.array(flat(Stepwise(gamma=gamma, aggregation=aggregation, baseline="pooled", scale="std", eps=0.0)(group)))
+    advantages = np.array(
+        flat(Stepwise(gamma=gamma, aggregation=aggregation, baseline="pooled", scale="std", eps=0.0)(group))
+    )
     assert advantages.std(ddof=0) == pytest.approx(1.0, abs=1e-9)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from credit_lab.control import compare_advantages
-from credit_lab.exact import evaluate, flows, occupancy, return_gradient, true_advantages
+from credit_lab.exact import evaluate, flows, return_gradient, true_advantages
 from credit_lab.methods import DEFAULT_METHODS, Method
 from credit_lab.policy import TabularPolicy, rollout
 from credit_lab.report import summarize

@@ -12,8 +12,9 @@ Every task is a finite, deterministic episode of T turns over prompts p, states 
 
 Keeping all tasks in this one form means rollouts, exact evaluation and exact advantages
 (``exact.py``) are written once. Shapes: start (P,), next_state (X, A), reward (T, P, X),
-success (P, X), terminal (P, X) (all False: every episode lasts T turns). Nothing here was chosen to favour an estimator; the optimum of each task is
-stated in its builder's docstring and checked by the tests.
+success (P, X), terminal (P, X) (default all False: every episode lasts T turns). Nothing
+here was chosen to favour an estimator; the optimum of each task is stated in its builder's
+docstring and checked by the tests.
 """
 
 from __future__ import annotations

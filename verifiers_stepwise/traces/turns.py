@@ -339,9 +339,7 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
 
 def _scores(trace: Trace, raw: Any, key: str, first: int = 0) -> list[float | None]:
     if not isinstance(raw, (list, tuple)):
-        raise TurnSchemaError(
-            f"trace {trace.id}: {key} must be a list of numbers or None, got {type(raw).__name__}"
-        )
+        raise TurnSchemaError(f"trace {trace.id}: {key} must be a list of numbers or None, got {type(raw).__name__}")
     scores: list[float | None] = []
     for t, phi in enumerate(raw, start=first):
         if phi is not None and (isinstance(phi, bool) or not isinstance(phi, numbers.Real) or not math.isfinite(phi)):
