@@ -672,3 +672,15 @@ def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
     assert len(large) == stats["turns"]
     full_blocks, rest = divmod(stats["episodes"], 16 * 8)  # 16 tasks interleaved, 8 rollouts each
     assert len({r["group_id"] for r in large}) == 16 * full_blocks + min(16, rest)
+
+
+def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_path, capsys):
+    episodes = [make_episode([0.2, 0.5, 0.9], task=0), make_episode([0.0, 0.0, 0.0], task=0)]
+    episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
+    traces = write_episodes(tmp_path / "traces.jsonl", episodes)
+    code, _, err = run(capsys, "advantages", traces, "--no-output")
+    assert code != 0 and "turn_rewards='scores'" in err
+    code, out, err = run(capsys, "advantages", traces, "--turn-rewards", "scores", "-o", tmp_path / "t.jsonl")
+    assert code == 0, err
+    rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]
+    assert rewards == pytest.approx([0.2, 0.0, 0.7])

@@ -125,6 +125,13 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
     )
     adv.add_argument(
+        "--turn-rewards",
+        choices=["rewards", "scores"],
+        default="rewards",
+        help="read trace.info['turn_rewards'] as per-turn rewards (default) or as per-turn scores, "
+        "None = unscored, credited by differences (prime-rl PR #3282's reading)",
+    )
+    adv.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -334,7 +341,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad)
+        return collect(paths, skip_bad=args.skip_bad, turn_rewards=args.turn_rewards)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -358,7 +365,12 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 
         progress.update(task, description="reading traces")
-        return collect(paths, skip_bad=args.skip_bad, progress=lambda n: progress.advance(task, n))
+        return collect(
+            paths,
+            skip_bad=args.skip_bad,
+            progress=lambda n: progress.advance(task, n),
+            turn_rewards=args.turn_rewards,
+        )
 
 
 def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:

@@ -191,6 +191,7 @@ def collect(
     *,
     skip_bad: bool = False,
     progress: Callable[[int], None] | None = None,
+    turn_rewards: str = "rewards",
 ) -> Collected:
     """Read traces files one line at a time and gather their per-turn rewards by group.
 
@@ -198,8 +199,9 @@ def collect(
       paths: ``traces.jsonl`` files, read in order; line numbers restart in each file.
       skip_bad: skip and count bad lines and traces instead of raising :class:`BadInput`.
       progress: called with the byte count of every line read.
+      turn_rewards: how ``turn_rewards`` is read, "rewards" or "scores" (``turns.read_turns``).
     """
-    reader = _Reader(skip_bad)
+    reader = _Reader(skip_bad, turn_rewards)
     for path in paths:
         reader.read(Path(path), progress)
     reader.out.groups = list(reader.group_index)  # dicts keep insertion order: index order
@@ -208,11 +210,12 @@ def collect(
 
 
 class _Reader:
-    def __init__(self, skip_bad: bool) -> None:
+    def __init__(self, skip_bad: bool, turn_rewards: str) -> None:
         from verifiers_stepwise.traces.credit import exclusion_reason  # loads numpy (estimators)
 
         self.exclusion_reason = exclusion_reason
         self.skip_bad = skip_bad
+        self.turn_rewards = turn_rewards
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
         self.agent_index: dict[str, int] = {}
@@ -312,7 +315,7 @@ class _Reader:
             out.counts["errored"] += 1
             return
         try:
-            turns = read_turns(trace)
+            turns = read_turns(trace, self.turn_rewards)
             if turns is None:
                 message = "has no info['turn_rewards'] (was it made by a stepwise environment?)"
                 self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
