@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -124,3 +126,17 @@ def test_per_turn_equals_absorbing_at_equal_lengths(T, data, gamma, scale):
     group = data.draw(st.lists(st.lists(st.floats(-3.0, 3.0), min_size=T, max_size=T), min_size=1, max_size=6))
     per_turn = get_estimator("stepwise", gamma=gamma, baseline="per_turn", scale=scale)(group)
     assert per_turn == get_estimator("stepwise", gamma=gamma, baseline="absorbing", scale=scale)(group)
+
+
+@pytest.mark.parametrize("beta", [0.25, 1.0, 2.0])
+def test_turn_credit_up_to_beta_two_keeps_all_wrong_turns_negative_exhaustively(beta):
+    """Every DAPO-refine group of 2–5 rollouts with K = 3 (docs/estimators.md, turn_credit's limit)."""
+    kinds = [[-1.0] * k + [1.0] for k in range(3)] + [[-1.0] * 3]
+    estimator = get_estimator("turn_credit", beta=beta)
+    for size in range(2, 6):
+        for combo in itertools.combinations_with_replacement(range(4), size):
+            group = [kinds[i] for i in combo]
+            if 3 not in combo or combo == (3,) * size:
+                continue
+            for i, advantages in zip(combo, estimator(group)):
+                assert i != 3 or max(advantages) < 0.0, (group, advantages)
