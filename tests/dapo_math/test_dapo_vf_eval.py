@@ -62,7 +62,8 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
     assert sorted(e.traces[0].reward for e in by_task[FIRST_ID]) == [-1.0, 1.0]
     assert [e.traces[0].reward for e in by_task[SECOND_ID]] == [-1.0, -1.0]
     for group in by_task.values():
-        assert score_group(group, "stepwise") == score_group(group, "grpo")
+        # one turn: the default stepwise (mean-only) is mean-only grpo (Dr. GRPO), bit for bit
+        assert score_group(group, "stepwise") == score_group(group, get_estimator("grpo", scale="none"))
 
 
 def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
