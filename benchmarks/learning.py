@@ -2,11 +2,13 @@
 
     python benchmarks/learning.py --out benchmarks/results/learning
 
-Trains a tabular softmax policy by per-turn policy gradient on three tasks with a known optimum
+Trains a tabular softmax policy by per-turn policy gradient on tasks with a known optimum
 (``credit_lab/tasks.py``): a refinement task where every turn is scored (Kevin's setting), the
-same task rewarded only on the last turn, and a single-turn control. Every estimator is picked
-by registered name (``--method NAME:key=value,...``, repeatable; default: grpo, stepwise
-sum/max with γ 0.4/0.8, and the per_turn and leave_one_out baselines) and trained from the same
+same task rewarded only on the last turn, a single-turn control, DAPO-style refinement (±1 per
+attempt, stop when right), a task where the policy chooses when to submit, and one whose best
+path first lowers the score. Every estimator is picked by registered name (``--method
+NAME:key=value,...``, repeatable; default: ``credit_lab.methods.DEFAULT_METHODS``, grpo, the old
+and new ``stepwise`` defaults and the other baselines, turn_credit) and trained from the same
 seeds. Writes ``results.md`` (tables), ``results.json`` (per-seed numbers and mean curves) and
 ``learning_curves.png`` to ``--out``.
 

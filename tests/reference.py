@@ -10,11 +10,14 @@ import math
 
 
 def returns(rewards: list[float], gamma: float, aggregation: str = "sum") -> list[float]:
-    """sum: R_t = Σ_{i≥t} γ^(i−t) r_i;  max: R_t = max_{i≥t} γ^(i−t) r_i."""
+    """sum: R_t = Σ_{i≥t} γ^(i−t) r_i;  max: R_t = max_{i≥t} γ^(i−t) r_i;
+    mean: Σ_{i≥t} γ^(i−t) r_i / Σ_{i≥t} γ^(i−t)."""
     T = len(rewards)
     terms = [[gamma ** (i - t) * rewards[i] for i in range(t, T)] for t in range(T)]
     if aggregation == "sum":
         return [math.fsum(ts) for ts in terms]
+    if aggregation == "mean":
+        return [math.fsum(ts) / math.fsum(gamma ** (i - t) for i in range(t, T)) for t, ts in enumerate(terms)]
     return [max(ts) for ts in terms]
 
 
@@ -47,13 +50,8 @@ def stepwise(
     if baseline == "trajectory":
         firsts = center([r[0] for r in R], scale, eps)
         return [[a] * len(r) for a, r in zip(firsts, R)]
-    if baseline == "per_turn":
-        out = [[0.0] * len(r) for r in R]
-        for t in range(max(len(r) for r in R)):
-            members = [j for j, r in enumerate(R) if len(r) > t]
-            for j, a in zip(members, center([R[j][t] for j in members], scale, eps)):
-                out[j][t] = a
-        return out
+    if baseline in ("per_turn", "absorbing"):
+        return per_index(R, scale, eps, absorbing=baseline == "absorbing")
     pooled = center([x for r in R for x in r], scale, eps, baseline == "leave_one_out")
     out, k = [], 0
     for r in R:
@@ -65,3 +63,31 @@ def stepwise(
 def grpo(group: list[list[float]], scale: str = "std", eps: float = 1e-6) -> list[list[float]]:
     totals = center([math.fsum(trajectory) for trajectory in group], scale, eps)
     return [[a] * len(trajectory) for a, trajectory in zip(totals, group)]
+
+
+def per_index(R: list[list[float]], scale: str, eps: float, absorbing: bool) -> list[list[float]]:
+    """Center turn t's returns over the trajectories that reached t, or (absorbing) over every
+    trajectory, one that stopped before t counting as 0."""
+    out = [[0.0] * len(r) for r in R]
+    for t in range(max(len(r) for r in R)):
+        members = [j for j, r in enumerate(R) if len(r) > t or absorbing]
+        values = [R[j][t] if len(R[j]) > t else 0.0 for j in members]
+        for j, a in zip(members, center(values, scale, eps)):
+            if len(R[j]) > t:
+                out[j][t] = a
+    return out
+
+
+def turn_credit(
+    group: list[list[float]], gamma: float = 0.9, beta: float = 1.0, scale: str = "std", eps: float = 1e-6
+) -> list[list[float]]:
+    """A_{j,t} = grpo_j + β (c_{j,t} − mean_s c_{j,s}), c the absorbing per-turn advantages."""
+    trajectory = grpo(group, scale, eps)
+    if len(group) == 1:
+        return trajectory
+    credit = per_index([returns(t, gamma) for t in group], scale, eps, absorbing=True)
+    out = []
+    for a, c in zip(trajectory, credit):
+        mean = math.fsum(c) / len(c)
+        out.append([a[0] + beta * (x - mean) for x in c])
+    return out

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 reward = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False)
 nonnegative_reward = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 gamma = st.one_of(st.sampled_from([0.0, 0.4, 0.8, 0.9, 1.0]), st.floats(min_value=0.0, max_value=1.0))
-aggregation = st.sampled_from(["sum", "max"])
-baseline = st.sampled_from(["pooled", "per_turn", "leave_one_out", "trajectory"])
+aggregation = st.sampled_from(["sum", "max", "mean"])
+baseline = st.sampled_from(["pooled", "per_turn", "absorbing", "leave_one_out", "trajectory"])
 scale = st.sampled_from(["std", "none"])
 
 

@@ -241,8 +241,8 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     main_est = get_estimator("stepwise", gamma=0.6)
     compare = get_estimator("stepwise", gamma=0.6, baseline="per_turn")
     assert [e["label"] for e in report["estimators"]] == [
-        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='pooled')",
-        "stepwise(scale='std', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
+        "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='absorbing')",
+        "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
     ]
     assert_rows_close(report["estimators"][1]["turns"], per_turn_reference(groups, compare))
     assert [e["returns"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
@@ -441,6 +441,12 @@ def test_doc_example_prints_the_table_shown(tmp_path, capsys, monkeypatch):
         capsys,
         "advantages",
         "traces.jsonl",
+        "--gamma",
+        "0.4",
+        "--baseline",
+        "pooled",
+        "--scale",
+        "std",
         "--compare",
         ":baseline=per_turn",
         "--gammas",
@@ -481,12 +487,13 @@ def test_list_shows_estimators_with_fields_and_defaults(capsys):
     stepwise = next(e for e in listing["estimators"] if e["name"] == "stepwise")
     assert stepwise["class"] == "verifiers_stepwise.estimators.stepwise:Stepwise"
     fields = {f["name"]: f for f in stepwise["fields"]}
-    assert fields["gamma"]["default"] == 0.4 and fields["gamma"]["type"] == "float"
-    assert fields["baseline"]["type"] == "pooled|per_turn|leave_one_out|trajectory"
+    assert fields["gamma"]["default"] == 1.0 and fields["gamma"]["type"] == "float"
+    assert fields["baseline"]["default"] == "absorbing" and fields["scale"]["default"] == "none"
+    assert fields["baseline"]["type"] == "pooled|per_turn|absorbing|leave_one_out|trajectory"
     assert "Discount" in fields["gamma"]["description"]
     assert listing["environments"]["stepwise-refine"] == "stepwise_refine"  # the bundled env
     code, out, _ = run(capsys, "list")
-    assert "stepwise" in out and "grpo" in out and "gamma" in out and "0.4" in out
+    assert "stepwise" in out and "grpo" in out and "turn_credit" in out and "gamma" in out and "absorbing" in out
     assert "stepwise-refine" in out
 
 
@@ -697,3 +704,15 @@ def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, 
     assert code == 2 and "has no info['turn_rewards']" in err
     with pytest.raises(ValueError, match="turn_rewards"):
         score_group(copies, get_estimator("stepwise"), missing="error")
+
+
+def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_path, capsys):
+    episodes = [make_episode([0.2, 0.5, 0.9], task=0), make_episode([0.0, 0.0, 0.0], task=0)]
+    episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
+    traces = write_episodes(tmp_path / "traces.jsonl", episodes)
+    code, _, err = run(capsys, "advantages", traces, "--no-output")
+    assert code != 0 and "turn_rewards='scores'" in err
+    code, out, err = run(capsys, "advantages", traces, "--turn-rewards", "scores", "-o", tmp_path / "t.jsonl")
+    assert code == 0, err
+    rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]
+    assert rewards == pytest.approx([0.2, 0.0, 0.7])

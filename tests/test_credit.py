@@ -6,6 +6,7 @@ import pytest
 import verifiers.v1 as vf
 
 from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
+from verifiers_stepwise.testing.trace_files import make_episode
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.traces.credit import exclusion_reason, score_group
 from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
@@ -161,3 +162,13 @@ def test_bad_arguments_are_named():
 
 def test_an_empty_group_scores_nothing():
     assert score_group([], "stepwise") == []
+
+
+def test_score_group_reads_turn_rewards_as_scores_when_told():
+    """prime-rl PR #3282's reading: turn_rewards are scores φ_t (None = unscored)."""
+    episodes = [make_episode([0.2, 0.5, 0.9], task=0), make_episode([0.0, 0.0, 0.0], task=0)]
+    episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
+    with pytest.raises(TurnSchemaError, match="turn_rewards='scores'"):
+        score_group(episodes, "grpo")
+    score_group(episodes, "grpo", turn_rewards="scores")
+    assert episodes[0].traces[0].info["turn_credit"]["rewards"] == pytest.approx([0.2, 0.0, 0.7])

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 from credit_lab.control import compare_advantages
-from credit_lab.exact import evaluate, occupancy, return_gradient, true_advantages
+from credit_lab.exact import evaluate, flows, return_gradient, true_advantages
 from credit_lab.methods import DEFAULT_METHODS, Method
 from credit_lab.policy import TabularPolicy, rollout
 from credit_lab.report import summarize
-from credit_lab.tasks import TASKS, refine, single_turn
+from credit_lab.tasks import TASKS, detour, refine, refine_pm1, single_turn, submit
 from credit_lab.train import TrainConfig, train, turn_advantages
 
 from verifiers_stepwise import UnknownEstimator, get_estimator
@@ -94,9 +94,33 @@ def test_return_gradient_is_the_autograd_gradient(name):
     task = TASKS[name]()
     logits = torch.randn(task.n_observations, task.n_actions, dtype=torch.float64, requires_grad=True)
     probs = torch.softmax(logits, -1).reshape(task.n_prompts, task.n_states, task.n_actions)
-    (autograd,) = torch.autograd.grad((occupancy(task, probs)[1:] * task.reward).sum(), logits)
+    (autograd,) = torch.autograd.grad((flows(task, probs)[1] * task.reward).sum(), logits)
     p = probs.detach()
     assert torch.allclose(return_gradient(task, p, true_advantages(task, p)), autograd, atol=1e-14)
+
+
+def optimal_returns(task) -> torch.Tensor:
+    """(P,) the best expected return from each prompt's start, by dynamic programming (max over a)."""
+    prompts = torch.arange(task.n_prompts)[:, None, None]
+    nxt = task.next_state[None]
+    value = torch.zeros(task.n_prompts, task.n_states, dtype=torch.float64)
+    going = (~task.terminal).double()
+    for t in reversed(range(task.turns)):
+        value = (task.reward[t][prompts, nxt] + going[prompts, nxt] * value[prompts, nxt]).amax(-1)
+    return value[torch.arange(task.n_prompts), task.start]
+
+
+def test_new_tasks_optima_are_as_documented():
+    pm1 = refine_pm1()
+    distance = torch.tensor([bin(p).count("1") for p in range(pm1.n_prompts)], dtype=torch.float64)
+    expected = torch.where(distance == 0, 1.0, 2.0 - distance)  # d − 1 wrong attempts, then right
+    assert torch.allclose(optimal_returns(pm1), expected)
+    assert torch.allclose(optimal_returns(submit()), torch.ones(8, dtype=torch.float64))
+    assert torch.allclose(optimal_returns(detour()), torch.full((2,), 4.4, dtype=torch.float64))
+    # an always-right refine_pm1 rollout stops: lengths vary
+    policy = TabularPolicy(pm1)
+    batch = rollout(pm1, policy, torch.arange(16).repeat(8), torch.Generator().manual_seed(0))
+    assert batch.lengths.min() < pm1.turns and (batch.rewards[~batch.played] == 0).all()
 
 
 @pytest.mark.slow
@@ -105,27 +129,31 @@ def test_single_turn_control_gives_identical_curves():
     reference, *others = DEFAULT_METHODS
     base = train(task, reference.build(), SMOKE)
     assert base.success[-1] > base.success[0]  # it learns at all
+    mean_only = Method("grpo", {"scale": "none"})
+    base_mean_only = train(task, mean_only.build(), SMOKE)
     for method in others:
-        agreement = compare_advantages(task, reference.build(), method.build(), SMOKE, batches=4)
+        # mean-only methods are compared with mean-only grpo (Dr. GRPO), std-scaled with grpo
+        ref, ref_run = (mean_only, base_mean_only) if method.config.get("scale") == "none" else (reference, base)
+        agreement = compare_advantages(task, ref.build(), method.build(), SMOKE, batches=4)
         if method.config.get("baseline") == "leave_one_out":
             # RLOO scales deviations by n/(n − 1): same direction, different size.
             assert not agreement.identical and agreement.scale == pytest.approx(8 / 7, rel=1e-12)
             continue
         assert agreement.identical, method.label
         run = train(task, method.build(), SMOKE)
-        np.testing.assert_array_equal(run.success, base.success)
+        np.testing.assert_array_equal(run.success, ref_run.success)
 
 
 def test_control_check_fails_when_identical_advantages_give_different_curves():
     task = single_turn()
-    grpo, stepwise = Method("grpo"), Method("stepwise")
+    grpo, stepwise = Method("grpo"), Method("stepwise", {"scale": "std"})
     config = dataclasses.replace(SMOKE, steps=2)
     run = train(task, grpo.build(), config)
     tampered = dataclasses.replace(run, success=run.success + 1e-9)
-    lines = learning.control_check(task, {"grpo": [run], "stepwise": [run]}, [grpo, stepwise], config)
+    lines = learning.control_check(task, {"grpo": [run], stepwise.label: [run]}, [grpo, stepwise], config)
     assert "curves identical" in lines[0]
     with pytest.raises(AssertionError, match="learning curve differs"):
-        learning.control_check(task, {"grpo": [run], "stepwise": [tampered]}, [grpo, stepwise], config)
+        learning.control_check(task, {"grpo": [run], stepwise.label: [tampered]}, [grpo, stepwise], config)
 
 
 def test_per_turn_credit_learns_the_refinement_task():
@@ -147,15 +175,15 @@ def test_pooled_discounting_flips_early_credit_on_outcome_rewards():
     task = refine(reward="outcome")
     rewards = torch.zeros(8, task.turns, dtype=torch.float64)
     rewards[:4, -1] = 1.0  # half the group solved it
-    pooled = turn_advantages(get_estimator("stepwise", gamma=0.4), rewards, 8)
+    pooled = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="pooled"), rewards, 8)
     per_turn = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="per_turn"), rewards, 8)
-    gentle = turn_advantages(get_estimator("stepwise", gamma=0.8), rewards, 8)
+    gentle = turn_advantages(get_estimator("stepwise", gamma=0.8, baseline="pooled"), rewards, 8)
     assert pooled[0, 0] < 0 and pooled[0, -1] > 0
     assert per_turn[0, 0] > 0 and gentle[0, 0] > 0
     assert (pooled[0] > pooled[4]).all()  # still ordered within each turn, just shifted
     one = torch.zeros(8, task.turns, dtype=torch.float64)
     one[0, -1] = 1.0  # a single success is enough to flip its first two turns at γ = 0.4
-    lone = turn_advantages(get_estimator("stepwise", gamma=0.4), one, 8)
+    lone = turn_advantages(get_estimator("stepwise", gamma=0.4, baseline="pooled"), one, 8)
     assert lone[0, 0] < 0 and lone[0, 1] < 0 and lone[0, 2] > 0
 
 
@@ -186,12 +214,12 @@ def test_command_writes_table_json_and_plot(tmp_path, capsys):
         "--method",
         "grpo",
         "--method",
-        "stepwise:gamma=0.4",
+        "stepwise:gamma=0.4,scale=std",
     ]
     assert learning.main(argv) == 0
     table = (out / "results.md").read_text()
     assert "## refine" in table and "## single_turn" in table
-    assert "| `grpo` |" in table and "| `stepwise:gamma=0.4` |" in table
+    assert "| `grpo` |" in table and "| `stepwise:gamma=0.4,scale=std` |" in table
     assert "advantages identical to `grpo`; curves identical" in table
     assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "results.md" in capsys.readouterr().out

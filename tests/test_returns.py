@@ -269,8 +269,8 @@ def test_gamma_outside_unit_interval(gamma):
 
 
 def test_unknown_aggregation():
-    with pytest.raises(RewardError, match=r"aggregation must be one of \('sum', 'max'\), got 'mean'"):
-        discounted_returns([1.0], 0.5, "mean")
+    with pytest.raises(RewardError, match=r"aggregation must be one of \('sum', 'max', 'mean'\), got 'median'"):
+        discounted_returns([1.0], 0.5, "median")
 
 
 def test_empty_trajectory():

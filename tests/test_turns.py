@@ -19,7 +19,9 @@ from verifiers_stepwise.traces.turns import (
     TraceTurns,
     TurnSchemaError,
     append_turn,
+    append_turn_score,
     read_turns,
+    score_differences,
     turn_samples,
     write_turn_advantages,
 )
@@ -272,3 +274,116 @@ def test_an_empty_turn_rewards_list_records_no_turns():
     b.sample("an answer")
     b.trace.info.update(turn_rewards=[], turn_nodes=[])
     assert read_turns(b.trace) is None
+
+
+# -- per-turn scores (turn_scores; turn_rewards read as scores) and None --------------------------
+
+
+def two_turns(key: str, values: list) -> TraceBuilder:
+    b = TraceBuilder()
+    nodes = [[b.sample("first")]]
+    b.add(vf.UserMessage(content="Again."))
+    nodes.append([b.sample("second")])
+    b.add(vf.UserMessage(content="Again."))
+    nodes.append([b.sample("third")])
+    b.trace.info[key] = values
+    b.trace.info["turn_nodes"] = nodes
+    return b
+
+
+def test_turn_scores_are_read_as_rewards_by_differences():
+    b = two_turns("turn_scores", [0.2, 0.5, 0.9])
+    assert read_turns(b.trace).rewards == pytest.approx([0.2, 0.3, 0.4])
+    assert math.fsum(read_turns(b.trace).rewards) == pytest.approx(0.9)  # the last score
+
+
+def test_an_unscored_turn_gets_zero_and_the_next_difference_spans_it():
+    assert score_differences([None, 0.5, None, 0.25]) == [0.0, 0.5, 0.0, -0.25]
+    assert read_turns(two_turns("turn_scores", [0.5, None, 1.0]).trace).rewards == [0.5, 0.0, 0.5]
+
+
+def test_none_in_turn_rewards_is_rejected_naming_the_setting():
+    b = two_turns("turn_rewards", [0.2, None, 0.9])
+    with pytest.raises(TurnSchemaError, match=r"turn 1 reward is None.*turn_scores.*turn_rewards='scores'"):
+        read_turns(b.trace)
+
+
+def test_prime_rl_reading_of_turn_rewards_is_a_setting():
+    """An env written for prime-rl PR #3282 (scores under turn_rewards) is read correctly with the
+    setting; its cumulative scores would otherwise be summed as rewards (0.2 + 0.5 + 0.9)."""
+    b = two_turns("turn_rewards", [0.2, None, 0.9])
+    assert read_turns(b.trace, turn_rewards="scores").rewards == pytest.approx([0.2, 0.0, 0.7])
+    flags = two_turns("turn_rewards", [1.0, 1.0, 1.0])  # success flags: no progress after turn 0
+    assert read_turns(flags.trace, turn_rewards="scores").rewards == [1.0, 0.0, 0.0]
+    assert read_turns(flags.trace).rewards == [1.0, 1.0, 1.0]
+
+
+def test_both_keys_on_one_trace_is_ambiguous():
+    b = two_turns("turn_scores", [0.2, 0.5, 0.9])
+    b.trace.info["turn_rewards"] = [0.2, 0.3, 0.4]
+    with pytest.raises(TurnSchemaError, match="both turn_rewards and turn_scores"):
+        read_turns(b.trace)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "0.5", True])
+def test_a_bad_score_names_its_turn(bad):
+    with pytest.raises(TurnSchemaError, match=r"turn 1 score .* in turn_scores is not a finite number or None"):
+        read_turns(two_turns("turn_scores", [0.1, bad, 0.3]).trace)
+
+
+def test_append_turn_score_records_scores_and_nodes():
+    b = TraceBuilder()
+    first = b.sample("first")
+    append_turn_score(b.trace, None, [first])
+    b.add(vf.UserMessage(content="Again."))
+    second = b.sample("second")
+    append_turn_score(b.trace, 0.75, [second])
+    assert b.trace.info["turn_scores"] == [None, 0.75] and b.trace.info["turn_nodes"] == [[first], [second]]
+    assert read_turns(b.trace) == TraceTurns([0.0, 0.75], [[first], [second]])
+
+
+# -- forked traces: whose future a turn's return sums --------------------------------------------
+
+
+def compacted() -> tuple[TraceBuilder, list[list[int]]]:
+    """Two turns, then the context is rewritten (compaction: a summary replaces the history),
+    then a third turn on the new branch."""
+    b = TraceBuilder()
+    nodes = [[b.sample("first try")]]
+    append_turn(b.trace, 0.0, nodes[0])
+    b.add(vf.UserMessage(content="Not yet."))
+    nodes.append([b.sample("second try")])
+    append_turn(b.trace, 0.0, nodes[1])
+    b.context[:] = [b.context[0], vf.UserMessage(content="Summary: two tries so far. Solve the task.")]
+    nodes.append([b.sample("third try")])
+    append_turn(b.trace, 1.0, nodes[2])
+    return b, nodes
+
+
+def test_a_compacted_trace_is_one_sequence_and_early_turns_see_the_reward_after_the_fork():
+    from verifiers_stepwise import get_estimator, score_group
+
+    b, nodes = compacted()
+    assert len(b.trace.branches) == 2  # the fork is real: two leaves
+    assert read_turns(b.trace) == TraceTurns([0.0, 0.0, 1.0], nodes)
+    other, _ = compacted()
+    other.trace.info["turn_rewards"] = [0.0, 0.0, 0.0]
+    estimator = get_estimator("stepwise", gamma=0.5, scale="none")
+    advantages = score_group([b.episode(), other.episode()], estimator)
+    # returns [0.25, 0.5, 1] vs [0, 0, 0]: turn 0's return holds the post-compaction reward
+    assert advantages[0] == pytest.approx([0.125, 0.25, 0.5])
+
+
+def test_parallel_agents_are_separate_traces_whose_returns_never_mix():
+    from verifiers_stepwise import get_estimator, score_group
+
+    main, helper = TraceBuilder(), TraceBuilder(prompt="Sub-task.")
+    append_turn(main.trace, 0.0, [main.sample("delegate")])
+    append_turn(helper.trace, 1.0, [helper.sample("done")])
+    for trace in (main.trace, helper.trace):
+        trace.is_completed = trace.ok = True
+    episode = vf.Episode(task=main.trace.task, traces=[main.trace, helper.trace], ok=True)
+    estimator = get_estimator("stepwise", gamma=1.0, scale="none")
+    assert score_group([episode], estimator) == [[-0.5], [0.5]]
+    # two trajectories: the helper's reward is not part of the main trace's future
+    assert [t.info["turn_credit"]["rewards"] for t in episode.traces] == [[0.0], [1.0]]

@@ -34,6 +34,8 @@ _EXPORTS = {
     "StepwiseConfig": "estimators.stepwise",
     "GRPO": "estimators.grpo",
     "GRPOConfig": "estimators.grpo",
+    "TurnCredit": "estimators.turn_credit",
+    "TurnCreditConfig": "estimators.turn_credit",
     "available_estimators": "estimators.registry",
     "available_environments": "estimators.registry",
     "estimator_class": "estimators.registry",
@@ -44,6 +46,7 @@ _EXPORTS = {
     "TurnSample": "traces.turns",
     "TurnSchemaError": "traces.turns",
     "append_turn": "traces.turns",
+    "append_turn_score": "traces.turns",
     "read_turns": "traces.turns",
     "turn_samples": "traces.turns",
     "write_turn_advantages": "traces.turns",
@@ -88,12 +91,14 @@ if TYPE_CHECKING:
     )
     from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
     from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
+    from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
     from verifiers_stepwise.traces.credit import score_group
     from verifiers_stepwise.traces.turns import (
         TraceTurns,
         TurnSample,
         TurnSchemaError,
         append_turn,
+        append_turn_score,
         read_turns,
         turn_samples,
         write_turn_advantages,

@@ -58,11 +58,18 @@ class Method:
 
 DEFAULT_METHODS: tuple[Method, ...] = (
     Method("grpo"),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.8}),
-    Method("stepwise", {"aggregation": "max", "gamma": 0.4}),
-    Method("stepwise", {"aggregation": "max", "gamma": 0.8}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "per_turn"}),
-    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "leave_one_out"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "max", "gamma": 0.8, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "mean", "gamma": 0.4, "baseline": "pooled", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "per_turn", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.4, "baseline": "absorbing", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing", "scale": "std"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 0.8, "baseline": "absorbing", "scale": "none"}),
+    Method("stepwise", {"aggregation": "sum", "gamma": 1.0, "baseline": "absorbing", "scale": "none"}),
+    Method("turn_credit", {"gamma": 0.9, "beta": 1.0}),
+    Method("turn_credit", {"gamma": 0.9, "beta": 0.25}),
 )
-"""Trajectory-level GRPO; Kevin's pooled stepwise (sum/max, γ 0.4/0.8); two other baselines."""
+"""Trajectory-level GRPO; Kevin's pooled stepwise (the old default, sum γ 0.4, and max γ 0.8);
+pooled over horizon-aware mean returns; the per_turn baseline; the absorbing baseline
+std-scaled and mean-only (the new default: γ 1, scale "none"); turn_credit at β 1 (prime-rl's
+default) and 0.25."""

@@ -33,13 +33,20 @@ class TabularPolicy(torch.nn.Module):
 
 @dataclass(frozen=True)
 class Rollouts:
-    """N episodes of T turns; row n is episode n, column t is turn t."""
+    """N episodes of up to T turns; row n is episode n, column t is turn t. Turns at or after
+    ``lengths[n]`` (the episode had ended in a terminal state) hold reward 0 and are not played."""
 
     prompts: torch.Tensor  # (N,) long
     states: torch.Tensor  # (N, T) long, x_t: the state turn t acted in
     actions: torch.Tensor  # (N, T) long
     rewards: torch.Tensor  # (N, T) float64, r_t
     solved: torch.Tensor  # (N,) bool
+    lengths: torch.Tensor  # (N,) long, turns played
+
+    @property
+    def played(self) -> torch.Tensor:
+        """(N, T) bool: turn t was played."""
+        return torch.arange(self.states.shape[1]) < self.lengths[:, None]
 
     def observations(self, n_states: int) -> torch.Tensor:
         """(N, T) rows of the policy table each turn read: p·X + x_t."""
@@ -54,10 +61,16 @@ def rollout(task: Task, policy: TabularPolicy, prompts: torch.Tensor, generator:
     actions = torch.empty(n, task.turns, dtype=torch.long)
     rewards = torch.empty(n, task.turns, dtype=torch.float64)
     x = task.start[prompts]
+    going = torch.ones(n, dtype=torch.bool)
+    lengths = torch.zeros(n, dtype=torch.long)
     for t in range(task.turns):
         states[:, t] = x
+        # every episode draws, ended or not, so the random stream never depends on who ended
         a = torch.multinomial(probs[prompts * task.n_states + x], 1, generator=generator)[:, 0]
         actions[:, t] = a
-        x = task.next_state[x, a]
-        rewards[:, t] = task.reward[t, prompts, x]
-    return Rollouts(prompts, states, actions, rewards, task.success[prompts, x])
+        moved = torch.where(going, task.next_state[x, a], x)
+        rewards[:, t] = torch.where(going, task.reward[t, prompts, moved], 0.0)
+        lengths += going
+        going = going & ~task.terminal[prompts, moved]
+        x = moved
+    return Rollouts(prompts, states, actions, rewards, task.success[prompts, x], lengths)

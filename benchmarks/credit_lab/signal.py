@@ -69,9 +69,10 @@ class SignalTrace:
         turns: np.ndarray,
         update: torch.Tensor,
         gradient: torch.Tensor,
+        n_turns: int,
     ) -> None:
-        """One step: flat A, A*, integer cell keys and turn indices (all (n,)); the update
-        direction and ∇J (same shape)."""
+        """One step: flat A, A*, integer cell keys and turn indices (all (n,), played turns
+        only); the update direction and ∇J (same shape); T, the task's turn limit."""
         _, cell, size = np.unique(cells, return_inverse=True, return_counts=True)
         mean = np.bincount(cell, weights=advantages) / size
         self.square_noise.append(float(((advantages - mean[cell]) ** 2).sum()))
@@ -81,7 +82,6 @@ class SignalTrace:
         self.corr.append(float(np.corrcoef(advantages, true)[0, 1]) if varies else float("nan"))
         weight = np.abs(true) * (advantages != 0)
         backwards = weight * (np.sign(advantages) == -np.sign(true))
-        n_turns = int(turns.max()) + 1
         self.weight.append(np.bincount(turns, weights=weight, minlength=n_turns))
         self.backwards.append(np.bincount(turns, weights=backwards, minlength=n_turns))
         norms = float(update.norm() * gradient.norm())

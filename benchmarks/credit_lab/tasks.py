@@ -7,12 +7,14 @@ Every task is a finite, deterministic episode of T turns over prompts p, states 
     a_t ~ π(· | p, x_t)                 the policy sees (prompt, state), not the turn index
     x_{t+1} = next_state[x_t, a_t]
     r_t = reward[t, p, x_{t+1}]         one reward per turn (0.0 where a task scores nothing)
-    solved = success[p, x_T]
+    the episode ends after turn t if terminal[p, x_{t+1}] (else after T turns)
+    solved = success[p, x_end]
 
 Keeping all tasks in this one form means rollouts, exact evaluation and exact advantages
 (``exact.py``) are written once. Shapes: start (P,), next_state (X, A), reward (T, P, X),
-success (P, X). Nothing here was chosen to favour an estimator; the optimum of each task is
-stated in its builder's docstring and checked by the tests.
+success (P, X), terminal (P, X) (default all False: every episode lasts T turns). Nothing
+here was chosen to favour an estimator; the optimum of each task is stated in its builder's
+docstring and checked by the tests.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["TASKS", "Task", "refine", "single_turn"]
+__all__ = ["TASKS", "Task", "detour", "refine", "refine_pm1", "single_turn", "submit"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,8 +36,11 @@ class Task:
     reward: torch.Tensor  # (T, P, X) float64
     success: torch.Tensor  # (P, X) bool
     summary: str
+    terminal: torch.Tensor | None = None  # (P, X) bool: the episode ends on arriving there
 
     def __post_init__(self) -> None:
+        if self.terminal is None:
+            object.__setattr__(self, "terminal", torch.zeros_like(self.success))
         n_states = self.next_state.shape[0]
         _, prompts, states = self.reward.shape
         if (prompts, states) != tuple(self.success.shape) or states != n_states:
@@ -147,9 +152,105 @@ def single_turn(n_bits: int = 4) -> Task:
     )
 
 
+def refine_pm1(n_bits: int = 4, turns: int = 6) -> Task:
+    """Refinement scored like DAPO refine: every attempt is checked, −1 wrong, +1 right, and a
+    right attempt ends the episode (so trajectories have different lengths).
+
+    - Prompts, states, actions: as ``refine`` (flip bit i, or keep).
+    - r_t = +1 if the draft after turn t is the target (the episode then ends), else −1.
+    - Known optimum: flip each wrong bit once (d turns for a target at distance d, the first
+      d − 1 of them necessarily wrong); success 1 since T ≥ D. The all-zero target is solved by
+      its first "keep" (a = D); every other target's first attempts must be wrong.
+    """
+    base = refine(n_bits, turns)
+    solved = base.success
+    rewards = torch.where(solved, 1.0, -1.0).double().expand(turns, *solved.shape).clone()
+    return Task(
+        name="refine_pm1",
+        start=base.start,
+        next_state=base.next_state,
+        reward=rewards,
+        success=solved,
+        terminal=solved.clone(),
+        summary=f"{n_bits}-bit refinement, {turns} turns, ±1 per attempt, stops when right (DAPO refine)",
+    )
+
+
+def submit(n_bits: int = 3, turns: int = 6) -> Task:
+    """The policy chooses when to stop: edit a draft, then submit it.
+
+    - Prompts: the 2^D targets. States: drafting draft x (2^D), or "submitted x" (2^D more,
+      terminal). Actions: flip bit i, keep, or submit (a = D + 1).
+    - Rewards: 0 for an edit; submitting scores +1 if the draft is the target, else −1; an
+      episode that reaches turn T without submitting gets −1 on its last turn (timeout).
+    - Solved: submitted the target. Known optimum: flip each wrong bit once, then submit
+      (d + 1 turns ≤ T for T ≥ D + 1), return +1.
+    """
+    if turns < n_bits + 1:
+        raise ValueError(f"submit needs turns >= n_bits + 1, got {n_bits=} {turns=}")
+    size = 2**n_bits
+    drafts = torch.arange(size)
+    flips = drafts[:, None] ^ (1 << torch.arange(n_bits))[None, :]
+    drafting = torch.cat([flips, drafts[:, None], size + drafts[:, None]], dim=1)  # flip, keep, submit
+    submitted = (size + drafts)[:, None].expand(size, n_bits + 2)  # never left (terminal)
+    next_state = torch.cat([drafting, submitted])  # (2·2^D, D + 2)
+    right = torch.eye(size, dtype=torch.bool)  # (P, drafts)
+    success = torch.cat([torch.zeros_like(right), right], dim=1)
+    terminal = torch.cat([torch.zeros_like(right), torch.ones_like(right)], dim=1)
+    rewards = torch.zeros(turns, size, 2 * size, dtype=torch.float64)
+    rewards[:, :, size:] = torch.where(right, 1.0, -1.0).double()
+    rewards[-1, :, :size] = -1.0
+    return Task(
+        name="submit",
+        start=torch.zeros(size, dtype=torch.long),
+        next_state=next_state,
+        reward=rewards,
+        success=success,
+        terminal=terminal,
+        summary=f"{n_bits}-bit drafts, up to {turns} turns; the policy submits when it chooses (±1)",
+    )
+
+
+def detour(length: int = 3, turns: int = 6) -> Task:
+    """The best path first lowers the score: walk down a valley to reach the goal.
+
+    - Prompts: the goal lies to the right (p = 0) or to the left (p = 1) of the start.
+    - States: positions 0..2L on a line, start L. Actions: left, right, stay.
+    - Reward every turn: the score of the new position. On the goal's side the score falls
+      from 0.4 at the start by 0.4 / L per step (0.267, 0.133 for L = 3), then the goal (the
+      end of the line) scores 1; the other side scores 0.3 everywhere (a decoy).
+    - Solved: at the goal after T turns. Known optimum: walk straight to the goal, then stay:
+      the falling scores, then (T − L + 1) · 1, e.g. 0.267 + 0.133 + 4 = 4.4 for L = 3, T = 6,
+      against 0.4 · T = 2.4 for staying put.
+    """
+    if length < 2 or turns < length:
+        raise ValueError(f"detour needs length >= 2 and turns >= length, got {length=} {turns=}")
+    n = 2 * length + 1
+    position = torch.arange(n)
+    next_state = torch.stack([(position - 1).clamp(min=0), (position + 1).clamp(max=n - 1), position], dim=1)
+    right = torch.full((n,), 0.3, dtype=torch.float64)
+    steps = torch.arange(length + 1, dtype=torch.float64)
+    right[length:] = 0.4 - 0.4 * steps / length
+    right[-1] = 1.0
+    score = torch.stack([right, right.flip(0)])  # (P = 2, X)
+    success = torch.zeros(2, n, dtype=torch.bool)
+    success[0, -1] = success[1, 0] = True
+    return Task(
+        name="detour",
+        start=torch.full((2,), length, dtype=torch.long),
+        next_state=next_state,
+        reward=score.expand(turns, 2, n).clone(),
+        success=success,
+        summary=f"walk {length} steps down a valley to the goal, {turns} turns, every turn scored",
+    )
+
+
 TASKS: dict[str, Callable[[], Task]] = {
     "refine": refine,
     "outcome": lambda: refine(reward="outcome"),
     "single_turn": single_turn,
+    "refine_pm1": refine_pm1,
+    "submit": submit,
+    "detour": detour,
 }
 """The benchmark's tasks by name, with their default sizes."""

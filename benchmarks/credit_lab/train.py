@@ -2,9 +2,9 @@
 
 One step (GRPO-style groups; Kevin's "each turn is a training sample"):
 
-    draw B prompts; roll out G episodes per prompt             N = B·G episodes of T turns
-    A = estimator.batched(RaggedBatch(rewards, T each, G each))          (N·T,) per-turn
-    loss = −(1 / (N·T)) Σ_{n,t} A_{n,t} · log π(a_{n,t} | p_n, x_{n,t})
+    draw B prompts; roll out G episodes per prompt        N = B·G episodes of T_n ≤ T turns
+    A = estimator.batched(RaggedBatch(rewards, T_n each, G each))        per played turn
+    loss = −(1 / (N·T)) Σ_{n, t < T_n} A_{n,t} · log π(a_{n,t} | p_n, x_{n,t})
     one Adam step on the policy table; evaluate the new policy exactly (``exact.evaluate``)
 
 Everything random comes from one ``torch.Generator`` seeded by ``TrainConfig.seed`` and is
@@ -76,15 +76,24 @@ class Run:
         return None if steps is None else steps * self.episodes_per_step
 
 
-def turn_advantages(estimator: Estimator, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(N, T) advantages for (N, T) rewards laid out group by group (G consecutive rows each)."""
+def turn_advantages(
+    estimator: Estimator, rewards: torch.Tensor, group_size: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(N, T) advantages for (N, T) rewards laid out group by group (G consecutive rows each).
+
+    Row n is a trajectory of its first ``lengths[n]`` turns (all T when None); the turns after
+    it get advantage 0 (they were not played).
+    """
     n, turns = rewards.shape
+    played = torch.ones_like(rewards, dtype=torch.bool) if lengths is None else torch.arange(turns) < lengths[:, None]
     batch = RaggedBatch(
-        rewards.reshape(-1).numpy(),
-        np.full(n, turns, dtype=np.int64),
+        rewards[played].numpy(),
+        played.sum(1).numpy(),
         np.full(n // group_size, group_size, dtype=np.int64),
     )
-    return torch.from_numpy(estimator.batched(batch)).reshape(n, turns)
+    advantages = torch.zeros_like(rewards)
+    advantages[played] = torch.from_numpy(estimator.batched(batch))
+    return advantages
 
 
 def draw_prompts(task: Task, config: TrainConfig, generator: torch.Generator) -> torch.Tensor:
@@ -109,13 +118,15 @@ def _measure(
     turn, prompt = torch.arange(task.turns), batch.prompts[:, None]
     true = exact[turn, prompt, batch.states, batch.actions]
     cells = ((turn * task.n_prompts + prompt) * task.n_states + batch.states) * task.n_actions + batch.actions
+    played = batch.played
     signal.add(
-        advantages.reshape(-1).numpy(),
-        true.reshape(-1).numpy(),
-        cells.reshape(-1).numpy(),
-        turn.expand_as(batch.states).reshape(-1).numpy(),
+        advantages[played].numpy(),
+        true[played].numpy(),
+        cells[played].numpy(),
+        turn.expand_as(batch.states)[played].numpy(),
         update=update,
         gradient=return_gradient(task, probs, exact),
+        n_turns=task.turns,
     )
 
 
@@ -130,7 +141,7 @@ def train(task: Task, estimator: Estimator, config: TrainConfig) -> Run:
     for _ in range(config.steps):
         probs = policy.probs()
         batch = rollout(task, policy, draw_prompts(task, config, generator), generator)
-        advantages = turn_advantages(estimator, batch.rewards, config.group_size)
+        advantages = turn_advantages(estimator, batch.rewards, config.group_size, batch.lengths)
 
         log_prob = policy.log_prob(batch.observations(task.n_states), batch.actions)
         loss = -(advantages * log_prob).mean()

@@ -4,6 +4,8 @@ server, offline, on the bundled data; then the stepwise estimator on the traces 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,7 +63,8 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
     assert sorted(e.traces[0].reward for e in by_task[FIRST_ID]) == [-1.0, 1.0]
     assert [e.traces[0].reward for e in by_task[SECOND_ID]] == [-1.0, -1.0]
     for group in by_task.values():
-        assert score_group(group, "stepwise") == score_group(group, "grpo")
+        # one turn: the default stepwise (mean-only) is mean-only grpo (Dr. GRPO), bit for bit
+        assert score_group(group, "stepwise") == score_group(group, get_estimator("grpo", scale="none"))
 
 
 @pytest.mark.slow
@@ -77,12 +80,60 @@ def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
         assert trace.rewards["correct"].score == 1.0
         feedback = [n.message.content for n in trace.nodes if n.message.role == "user"][1:]
         assert feedback[0] == "Nope."
+    # the default (absorbing baseline, γ 1, mean-only): turn 0 is [1] against [-1 + 1]; at turn 1
+    # the stopped rollout counts as 0 against the late right answer
     advantages = {len(a): a for a in score_group(first, "stepwise")}
-    assert advantages[1] == pytest.approx([0.7071], abs=1e-4)
-    assert advantages[2] == pytest.approx([-1.4142, 0.7071], abs=1e-4)
-    # identical rollouts: equal credit; the per-turn-index baseline leaves nothing to credit
-    pooled = score_group(second, "stepwise")
-    assert pooled[0] == pooled[1]
-    assert score_group(second, get_estimator("stepwise", baseline="per_turn")) == [[0.0] * 3] * 2
+    assert advantages[1] == pytest.approx([0.5])
+    assert advantages[2] == pytest.approx([-0.5, 0.5])
+    kevin = get_estimator("stepwise", gamma=0.4, baseline="pooled", scale="std")
+    pooled = {len(a): a for a in score_group(first, kevin)}
+    assert pooled[2] == pytest.approx([-1.4142, 0.7071], abs=1e-4)
+    # identical rollouts: nothing to credit under the default; Kevin's pooled credits positions
+    assert score_group(second, "stepwise") == [[0.0] * 3] * 2
+    identical = score_group(second, kevin)
+    assert identical[0] == identical[1] and identical[0][0] != 0.0
     for episode in first:
         assert episode.traces[0].info["turn_credit"]
+
+
+@pytest.mark.slow
+def test_refine_run_then_vf_stepwise_gives_no_wrong_attempt_of_a_failed_rollout_positive_credit(tmp_path):
+    """Issue #16's Done-when: ``vf-eval stepwise-dapo-math --env.max-turns 3`` (rewards ±1), then
+    the ``vf-stepwise advantages`` console script with its shipped defaults. One rollout is right
+    at once, four are wrong three times; Kevin's pooled baseline pushes their last wrong attempt
+    up (+0.215), the default gives every one of their turns a negative advantage."""
+    right, wrong = f"Answer: {FIRST[1]}", "Answer: 0"
+    plan = {FIRST[0]: PerRollout([right], [wrong], [wrong], [wrong], [wrong])}
+    with ModelServer(scripted(plan)) as server:
+        run = run_vf_eval(
+            ["stepwise-dapo-math", "-n", "1", "-r", "5", "--env.max-turns", "3"],
+            server.base_url,
+            output_dir=tmp_path / "outputs",
+            env={"HOME": str(tmp_path)},
+        )
+    assert sorted(e.traces[0].info["turn_rewards"] for e in run.episodes) == [[-1.0] * 3] * 4 + [[1.0]]
+
+    def advantages(*flags: str) -> dict[str, list[float]]:
+        out = tmp_path / f"turns{len(flags)}.jsonl"
+        vf_stepwise = Path(sys.executable).with_name("vf-stepwise")
+        done = subprocess.run(
+            [str(vf_stepwise), "advantages", str(run.run_dir), "-o", str(out), "--json", *flags],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        by_trace: dict[str, list[float]] = {}
+        for row in map(json.loads, out.read_text().splitlines()):
+            by_trace.setdefault(row["trace"], []).append(row["advantage"])
+        return by_trace
+
+    shipped = advantages()
+    assert sorted(len(a) for a in shipped.values()) == [1, 3, 3, 3, 3]
+    for values in shipped.values():
+        if len(values) == 3:  # a rollout wrong three times
+            assert all(a < 0.0 for a in values), values
+        else:
+            assert values[0] > 0.0
+    kevin = advantages("--gamma", "0.4", "--baseline", "pooled", "--scale", "std")
+    assert [round(a, 4) for a in next(v for v in kevin.values() if len(v) == 3)] == [-0.6357, -0.3926, 0.215]

@@ -168,7 +168,7 @@ def test_example_by_hand_and_provenance_kept():
     g = group(
         [trajectory([(0.0, 2, False, False), (1.0, 1, False, False)]), trajectory([(1.0, 1, False, False)])], [0.0, 0.0]
     )
-    advantages = adapter.compute_advantages([g], estimator=estimator(gamma=0.5, scale="none"))
+    advantages = adapter.compute_advantages([g], estimator=estimator(gamma=0.5, scale="none", baseline="pooled"))
     # returns [0.5, 1] and [1]; pooled mean 5/6
     assert advantages[0] == [pytest.approx([0.5 - 5 / 6, 1 - 5 / 6]), pytest.approx([1 - 5 / 6])]
     data, _ = adapter.assemble_training_data([g], advantages)
@@ -268,14 +268,15 @@ def test_cli_runs_tinkers_training_loop_with_the_estimator(monkeypatch):
         calls["advantages"] = tinker_train.compute_advantages(batch)
 
     monkeypatch.setattr(tinker_train, "main", fake_main)
-    argv = ["estimator=stepwise", "options.gamma=0.5", "options.scale=none", *(f"train.{arg}" for arg in TRAIN_ARGV)]
+    argv = ["estimator=stepwise", "options.gamma=0.5", "options.scale=none", "options.baseline=pooled"]
+    argv += [f"train.{arg}" for arg in TRAIN_ARGV]
     adapter.main(chz.Blueprint(adapter.CLIConfig).make_from_argv(argv))
     assert isinstance(calls["config"], tinker_train.Config)
     assert calls["advantages"][0] == [pytest.approx([0.5 - 5 / 6, 1 - 5 / 6]), pytest.approx([1 - 5 / 6])]
     assert tinker_train.compute_advantages is data_processing.compute_advantages  # restored
     with pytest.raises(Exception, match="aggregation"):
         config = chz.Blueprint(adapter.CLIConfig).make_from_argv(
-            ["options.aggregation=mean", *(f"train.{a}" for a in TRAIN_ARGV)]
+            ["options.aggregation=median", *(f"train.{a}" for a in TRAIN_ARGV)]
         )
         adapter.main(config)
 

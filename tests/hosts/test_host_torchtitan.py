@@ -209,7 +209,7 @@ def test_multi_turn_example_by_hand():
         ([TurnSpec(0.0), TurnSpec(1.0)], 1.0),
         ([TurnSpec(1.0)], 1.0),
     ]
-    group = score(make_group(0, spec), component(gamma=0.5, scale="none"))
+    group = score(make_group(0, spec), component(gamma=0.5, scale="none", baseline="pooled"))
     # returns: [0 + 0.5·1, 1] and [1]; pooled mean 5/6
     first, second = (rollout.advantage for rollout in group.rollouts)
     assert first.per_turn == pytest.approx((0.5 - 5 / 6, 1 - 5 / 6))

@@ -19,7 +19,7 @@ import json
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise import read_turns, score_group
+from verifiers_stepwise import get_estimator, read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
@@ -194,7 +194,8 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     # Turns: the sampled nodes of each round's tool loop.
     assert [len(nodes) for nodes in fixed.info["turn_nodes"]] == [3, 3]
 
-    advantages = score_group(group, "stepwise")
+    # discounted (γ 0.4), the fixing round gets more credit than the round before it
+    advantages = score_group(group, get_estimator("stepwise", gamma=0.4))
     fixed_adv, idle_adv = (
         (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
     )

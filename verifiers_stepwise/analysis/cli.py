@@ -135,6 +135,13 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
     )
     adv.add_argument(
+        "--turn-rewards",
+        choices=["rewards", "scores"],
+        default="rewards",
+        help="read trace.info['turn_rewards'] as per-turn rewards (default) or as per-turn scores, "
+        "None = unscored, credited by differences (prime-rl PR #3282's reading)",
+    )
+    adv.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -349,7 +356,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad, missing=args.missing)
+        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, turn_rewards=args.turn_rewards)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -374,7 +381,11 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
         progress.update(task, description="reading traces")
         return collect(
-            paths, skip_bad=args.skip_bad, missing=args.missing, progress=lambda n: progress.advance(task, n)
+            paths,
+            skip_bad=args.skip_bad,
+            missing=args.missing,
+            progress=lambda n: progress.advance(task, n),
+            turn_rewards=args.turn_rewards,
         )
 
 

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from verifiers_stepwise.estimators.ragged import RaggedBatch
     from verifiers_stepwise.traces.credit import Missing
+    from verifiers_stepwise.traces.turns import Reading
 
 __all__ = [
     "BadInput",
@@ -198,6 +199,7 @@ def collect(
     skip_bad: bool = False,
     missing: Missing = "final_turn",
     progress: Callable[[int], None] | None = None,
+    turn_rewards: Reading = "rewards",
 ) -> Collected:
     """Read traces files one line at a time and gather their per-turn rewards by group.
 
@@ -208,8 +210,9 @@ def collect(
         ``score_group`` applies): "final_turn" scores its trace reward on its last turn,
         "error" makes it bad input.
       progress: called with the byte count of every line read.
+      turn_rewards: how ``turn_rewards`` is read, "rewards" or "scores" (``turns.read_turns``).
     """
-    reader = _Reader(skip_bad, missing)
+    reader = _Reader(skip_bad, missing, turn_rewards)
     for path in paths:
         reader.read(Path(path), progress)
     reader.out.groups = list(reader.group_index)  # dicts keep insertion order: index order
@@ -218,7 +221,7 @@ def collect(
 
 
 class _Reader:
-    def __init__(self, skip_bad: bool, missing: Missing) -> None:
+    def __init__(self, skip_bad: bool, missing: Missing, turn_rewards: Reading) -> None:
         from verifiers_stepwise.traces import credit  # loads numpy (estimators)
 
         self.exclusion_reason = credit.exclusion_reason
@@ -226,6 +229,7 @@ class _Reader:
         self.MissingTurnRewards = credit.MissingTurnRewards
         self.skip_bad = skip_bad
         self.missing = missing
+        self.turn_rewards = turn_rewards
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
         self.agent_index: dict[str, int] = {}
@@ -325,7 +329,7 @@ class _Reader:
             out.counts["errored"] += 1
             return
         try:
-            turns = self.credit_turns(trace, self.missing)
+            turns = self.credit_turns(trace, self.missing, self.turn_rewards)
         except self.MissingTurnRewards:
             message = (
                 "has no info['turn_rewards'] (was it made by a stepwise environment? --missing final_turn "

@@ -8,7 +8,9 @@ harness) → ``hosts`` (trainer adapters) → ``analysis`` (the ``vf-stepwise`` 
     returns     discounted per-turn returns (sum | max), the backward recursion
     baselines   group baselines and normalization (pooled, per_turn, leave_one_out, trajectory)
     base        the Estimator interface and its config base
-    stepwise    Kevin's stepwise estimator; grpo: trajectory-level GRPO
+    stepwise    per-turn returns against a group baseline (Kevin's, with a safe default)
+    grpo        trajectory-level GRPO
+    turn_credit grpo's trajectory advantage redistributed across its turns, zero-sum
     registry    discovery by name through the ``verifiers.advantage_estimators`` entry points
 """
 
@@ -23,6 +25,7 @@ from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
 from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
 from verifiers_stepwise.estimators.returns import Aggregation, discounted_returns, ragged_discounted_returns
 from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
+from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
 
 __all__ = [
     "GRPO",
@@ -37,6 +40,8 @@ __all__ = [
     "Scale",
     "Stepwise",
     "StepwiseConfig",
+    "TurnCredit",
+    "TurnCreditConfig",
     "discounted_returns",
     "ragged_discounted_returns",
     "zero_advantage_groups",

@@ -10,8 +10,20 @@ Which returns form X is the baseline:
 
     pooled         every turn of every trajectory of the group (Kevin)
     per_turn       turn t of the trajectories of the group that reached turn t
+    absorbing      turn t of every trajectory of the group; one that stopped before t enters
+                   with R = 0, the return of the absorbing state it is in (nothing more earned)
     leave_one_out  the pooled set, without x
     trajectory     each trajectory's first-turn return; its advantage goes on all of its turns
+
+Why "absorbing": with per_turn the turn-t set holds only trajectories that went on to turn t,
+so its size, mean and std depend on when each trajectory chose to stop, itself included (a lone
+survivor gets exactly 0, a set of two gets ±1 whatever the stakes). With absorbing, every set
+has all G trajectories of the group and a stopped trajectory contributes what it still earns, 0:
+the return of the episode read as an MDP with an absorbing terminal state. With scale="none"
+the advantage is (G − 1)/G · (R_{j,t} − mean_{k≠j} R_{k,t}): the baseline is built from the
+other trajectories only, which do not depend on this one's actions, so for γ = 1 and "sum" the
+expected update is (G − 1)/G times the true policy gradient, whoever stops when (computed
+exactly on a stopping task in tests/test_stopping_bias.py).
 
 A set whose values are all equal gives exactly 0, and a group with a single trajectory has
 nothing to be compared with and gives 0 on every turn.
@@ -32,7 +44,7 @@ from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
 
 __all__ = ["BASELINES", "Baseline", "SCALES", "Scale", "baseline_advantages", "normalize_segments"]
 
-Baseline = Literal["pooled", "per_turn", "leave_one_out", "trajectory"]
+Baseline = Literal["pooled", "per_turn", "absorbing", "leave_one_out", "trajectory"]
 Scale = Literal["std", "none"]
 BASELINES: tuple[str, ...] = get_args(Baseline)
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -63,7 +75,9 @@ def normalize_segments(
     factor = np.repeat(sizes / np.maximum(sizes - 1, 1), sizes) if leave_one_out else 1.0
     if scale == "std":
         std = np.sqrt(np.add.reduceat(deviation * deviation, starts) / sizes)
-        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 only in all-equal sets, zeroed below
+        # 0/0 only in all-equal sets, zeroed below; ε / 2^e overflows only when ε ≫ max|X|, and x / inf = 0
+        # is then the right limit
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             advantages = deviation * factor / np.repeat(std + np.ldexp(eps, -e), sizes)
     else:
         with np.errstate(over="ignore"):
@@ -89,6 +103,8 @@ def baseline_advantages(
         order = np.argsort(key, kind="stable")
         advantages = np.empty_like(returns)
         advantages[order] = normalize_segments(returns[order], np.bincount(key), scale, eps)
+    elif baseline == "absorbing":
+        advantages = absorbing_advantages(batch, returns, scale, eps)
     else:
         advantages = normalize_segments(returns, batch.group_turns, scale, eps, baseline == "leave_one_out")
     advantages[np.repeat(batch.group_sizes == 1, batch.group_turns)] = 0.0
@@ -100,3 +116,28 @@ def baseline_advantages(
             f"spread too wide for scale={scale!r}{loo})"
         )
     return advantages
+
+
+def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
+    """(n_turns,) advantages against the absorbing per-turn baseline (module docstring).
+
+    Pads each group to a (L_g, G_g) table, L_g its longest trajectory, laid out index by index:
+    cell (t, j) holds R_{j,t} when trajectory j has turn t and 0 (its absorbing state) when it
+    stopped earlier; each row is normalized and the real turns are read back.
+    """
+    if batch.n_turns == 0:
+        return returns.copy()
+    longest = np.maximum.reduceat(batch.lengths, batch.group_starts)  # (n_groups,)
+    table = longest * batch.group_sizes  # (n_groups,) cells per group
+    first_cell = np.cumsum(table) - table
+    j_in_group = np.arange(batch.n_trajectories) - np.repeat(batch.group_starts, batch.group_sizes)
+    group_of_turn = batch.group_of_turn
+    cell = (
+        first_cell[group_of_turn]
+        + batch.turn_index * batch.group_sizes[group_of_turn]
+        + np.repeat(j_in_group, batch.lengths)
+    )
+    padded = np.zeros(int(table.sum()))
+    padded[cell] = returns
+    rows = np.repeat(batch.group_sizes, longest)  # (Σ L_g,) every row has G_g cells
+    return normalize_segments(padded, rows, scale, eps)[cell]

@@ -4,10 +4,16 @@ For one trajectory with turn rewards r_1..r_T and discount γ ∈ [0, 1]:
 
     sum:  R_t = Σ_{i=t}^{T} γ^(i−t) r_i          (= r_t + γ R_{t+1},        R_T = r_T)
     max:  R_t = max_{i=t..T} γ^(i−t) r_i          (= max(r_t, γ R_{t+1}),   R_T = r_T)
+    mean: R̄_t = R_t(sum) / Σ_{k=0}^{T−t} γ^k      (the discounted *mean* of the rewards ahead)
 
 with γ^0 = 1. "sum" is the discounted reward-to-go; "max" credits a turn with the best
 discounted score it leads to (Kevin's choice for refinement, where later turns re-score the
 same kernel). Rewards may have any sign; note that with γ = 0, max gives max(r_t, 0) for t < T.
+
+"mean" is horizon-aware: a turn near the end averages over as many (discounted) rewards as a
+turn near the start, so returns of different positions are comparable. Adding c to every reward
+adds exactly c to every R̄_t whatever the position or length (for "sum" it adds c·Σ_k γ^k, which
+grows with the turns left), so a pooled baseline over "mean" returns ignores constant shifts.
 
 The ragged form runs the backward recursion as a reverse scan over "steps before the end",
 vectorized across trajectories (as rlax's ``discounted_returns`` scans over time): step k
@@ -27,7 +33,7 @@ from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
 
 __all__ = ["AGGREGATIONS", "Aggregation", "check_gamma", "discounted_returns", "ragged_discounted_returns"]
 
-Aggregation = Literal["sum", "max"]
+Aggregation = Literal["sum", "max", "mean"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 
@@ -50,7 +56,8 @@ def discounted_returns(rewards: Sequence[float], gamma: float, aggregation: Aggr
     Args:
       rewards: r_1..r_T, T >= 1, finite.
       gamma: discount γ in [0, 1].
-      aggregation: "sum" (discounted reward-to-go) or "max" (best discounted future score).
+      aggregation: "sum" (discounted reward-to-go), "max" (best discounted future score) or
+        "mean" (discounted mean of the rewards ahead).
 
     Returns:
       [R_1, ..., R_T] as float64 values.
@@ -67,7 +74,7 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
     Args:
       batch: rewards (n_turns,) with their trajectory lengths; groups play no role here.
       gamma: discount γ in [0, 1].
-      aggregation: "sum" or "max".
+      aggregation: "sum", "max" or "mean".
 
     Returns:
       (n_turns,) float64, R_t in the same flat layout as ``batch.rewards``.
@@ -87,6 +94,10 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
     finite = np.isfinite(returns)
     if not finite.all():
         raise overflow_error(batch, finite, gamma)
+    if aggregation == "mean":
+        # Σ_{k=0}^{T−t} γ^k is the sum return of all-ones rewards (the same scan, no cancellation near γ = 1).
+        ones = RaggedBatch(np.ones_like(batch.rewards), batch.lengths, batch.group_sizes)
+        returns /= ragged_discounted_returns(ones, gamma, "sum")
     return returns
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from pydantic import Field
 
 from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
-from verifiers_stepwise.estimators.baselines import Baseline, baseline_advantages
+from verifiers_stepwise.estimators.baselines import Baseline, Scale, baseline_advantages
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Aggregation, ragged_discounted_returns
 
@@ -14,15 +14,20 @@ __all__ = ["Stepwise", "StepwiseConfig"]
 
 
 class StepwiseConfig(EstimatorConfig):
-    gamma: float = Field(0.4, ge=0.0, le=1.0, allow_inf_nan=False)
-    """Discount γ between turns (Kevin uses 0.4)."""
+    scale: Scale = "none"
+    """"none": mean-centering only (the default: with the absorbing baseline it keeps the
+    expected update a multiple of the true gradient); "std": divide by population std + eps."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Discount γ between turns (1, the default, is the undiscounted objective; Kevin uses 0.4)."""
     aggregation: Aggregation = "sum"
-    """"sum": discounted reward-to-go; "max": best discounted future turn reward."""
-    baseline: Baseline = "pooled"
+    """"sum": discounted reward-to-go; "max": best discounted future turn reward; "mean":
+    discounted mean of the rewards ahead (horizon-aware, so pooled positions compare fairly)."""
+    baseline: Baseline = "absorbing"
     """Which returns a turn's return is compared with, all within its group:
-    pooled (every turn of every trajectory; Kevin), per_turn (the same turn index only),
-    leave_one_out (the pool without this turn; RLOO), trajectory (each trajectory's first-turn
-    return compared across trajectories and broadcast to all of its turns)."""
+    absorbing (turn t of every trajectory, 0 for one that already stopped; the default),
+    pooled (every turn of every trajectory; Kevin), per_turn (turn t of the trajectories that
+    reached it), leave_one_out (the pool without this turn; RLOO), trajectory (each
+    trajectory's first-turn return compared across trajectories, broadcast to its turns)."""
 
 
 class Stepwise(Estimator):
@@ -33,16 +38,28 @@ class Stepwise(Estimator):
         R_{j,t} = Σ_{i≥t} γ^(i−t) r_{j,i}    (sum)   or   max_{i≥t} γ^(i−t) r_{j,i}   (max)
         A_{j,t} = (R_{j,t} − mean(X)) / (std(X) + ε)     (scale="std"; R − mean for "none")
 
-    where X depends on the baseline: pooled = {R_{k,s}} over all trajectories k and turns s;
+    where X depends on the baseline: absorbing = {R̃_{k,t}} over all trajectories k, with
+    R̃_{k,t} = R_{k,t} if T_k > t else 0; pooled = {R_{k,s}} over all trajectories k and turns s;
     per_turn = {R_{k,t} : T_k > t}; leave_one_out = the pool without R_{j,t}
     (baseline (ΣX − R_{j,t}) / (|X| − 1), scaled by the pool's std); trajectory =
     {R_{k,1}} with A_{j,t} = A_{j,1} for every t.
 
-    Known biases (both pinned by tests, see docs/estimators.md): the pooled baseline favours
+    The default (absorbing, sum, γ 1, scale "none"; chosen by benchmarks/learning.py, see
+    docs/estimators.md) passes the three rules there: an all-wrong trajectory in a group where
+    one succeeds gets a negative advantage on every turn (rewards ±1 with stop-on-success),
+    identical rollouts get exactly 0, and adding a constant to every reward changes nothing
+    among trajectories of equal length. Kevin's configuration is ``gamma=0.4,
+    baseline="pooled", scale="std"``, safe only with non-negative rewards.
+
+    Known biases (all pinned by tests, see docs/estimators.md): the pooled baseline favours
     early turns when rewards are non-negative, since earlier turns add more discounted terms
     (rewards 1,1,1,1 with γ = 0.4 give returns 1.624, 1.56, 1.4, 1.0 and nonzero advantages
     though no turn was better); the per_turn baseline for turn t only averages trajectories
-    that lasted past t, so it depends on when each trajectory stopped, which the policy chooses.
+    that lasted past t, so it depends on when each trajectory stopped, which the policy chooses;
+    with negative rewards the pooled baseline favours late turns (all-wrong [-1, -1, -1] next to
+    a success gets −1.08, −0.92, −0.54 with aggregation "sum", and +1.36 on its last turn in the
+    issue's group); the absorbing baseline makes stopping early cost the rewards forgone, so a
+    constant added to every reward changes the incentive to go on when lengths differ.
     """
 
     Config = StepwiseConfig

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
-from verifiers_stepwise.traces.turns import TraceTurns, TurnSchemaError, place_advantages, read_turns, sampled_nodes
+from verifiers_stepwise.traces.turns import (
+    Reading,
+    TraceTurns,
+    TurnSchemaError,
+    place_advantages,
+    read_turns,
+    sampled_nodes,
+)
 
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
@@ -48,6 +55,7 @@ def score_group(
     estimator: Estimator | str,
     *,
     missing: Missing = "final_turn",
+    turn_rewards: Reading = "rewards",
 ) -> list[list[float]]:
     """Advantages for every turn of a group's trainable, error-free traces, written on nodes.
 
@@ -58,6 +66,9 @@ def score_group(
       missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
         is a turn, the earlier ones with reward 0 and the last with the trace's reward
         ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
+      turn_rewards: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
+        ``None`` rejected) or "scores" (per-turn scores φ_t, ``None`` = unscored, credited by
+        differences as prime-rl PR #3282 reads the key; see ``traces.turns``).
 
     Returns:
       One list per trace, in episode order then trace order: the per-turn advantages of a
@@ -81,7 +92,7 @@ def score_group(
         if reason is not None:
             trace.info[CREDIT] = {"estimator": label, "excluded": reason}
             continue
-        group.append((k, trace, credit_turns(trace, missing)))
+        group.append((k, trace, credit_turns(trace, missing, turn_rewards)))
     if not group:
         return advantages
     scored = estimator([turns.rewards for _, _, turns in group])
@@ -106,14 +117,15 @@ def _last_error(errors: Sequence[Any]) -> str:
     return f": {errors[-1].type}: {errors[-1].message}" if errors else ""
 
 
-def credit_turns(trace: Trace, missing: Missing = "final_turn") -> TraceTurns:
-    """The turns credited for a trace that is scored: the turns it records (``read_turns``),
+def credit_turns(trace: Trace, missing: Missing = "final_turn", turn_rewards: Reading = "rewards") -> TraceTurns:
+    """The turns credited for a trace that is scored: the turns it records (``read_turns``, with
+    ``turn_rewards`` saying how that key is read),
     or, when it records none (no ``turn_rewards``, or an empty list: no turn was scored), what
     ``missing`` says: "final_turn" makes every sampled node a turn, the earlier ones with
     reward 0 and the last with ``trace.reward`` (one turn without nodes when the model never
     spoke); "error" raises MissingTurnRewards. ``score_group`` and ``vf-stepwise`` both
     decide with this one rule."""
-    turns = read_turns(trace)
+    turns = read_turns(trace, turn_rewards)
     if turns is not None:
         return turns
     if missing == "error":

@@ -18,6 +18,34 @@ sampled node of turn t, one value per sampled (``mask`` True) token — the layo
 ``node.logprobs``. Prompt, feedback and tool nodes are never touched, and a node that holds no
 sampled tokens (eval-client traces carry no token ids) gets nothing.
 
+Per-turn *scores* instead of rewards. An env whose turns naturally carry a score of the state
+after the turn (a potential φ_t: tests passed so far, the distance to a target; ``None`` for a
+turn that was not scored) records them as
+
+    turn_scores    list[float | None]  one score per turn, in order (with ``turn_nodes`` as above)
+
+and they are read as rewards by differences (potential-based, so Σ_t r_t = the last score):
+
+    r_t = φ_t − φ_prev    φ_prev = the last score recorded before turn t (0 before the first);
+    r_t = 0               when φ_t is None (the next scored turn's difference spans it)
+
+prime-rl's open turn-credit PR #3282 reads ``turn_rewards`` itself as such scores. An env
+written for that reading writes scores (maybe ``None``) under ``turn_rewards``; here
+``turn_rewards`` means rewards, so ``read_turns(trace, turn_rewards="scores")`` (and
+``score_group(..., turn_rewards="scores")``) is the setting that reads it as scores. With the
+default reading a ``None`` in ``turn_rewards`` is rejected with a message naming that setting,
+never read as 0; a trace holding both keys is rejected as ambiguous. (Cumulative scores without
+any ``None`` cannot be told from rewards by looking: that is what the setting is for.)
+
+Forked traces: a trace's turns are one sequence in ``turn_rewards`` order, and turn t's return
+sums the turns after it in that order. A trace can hold several branches (``trace.branches``,
+one per leaf of its node graph) when its context was rewritten, e.g. by compaction; that is the
+same agent's episode going on in a new context, so a turn before the fork is credited with the
+turns after it. Work done side by side by other agents (sub-agents) lives in their own traces
+(verifiers v1 keeps one trace per agent in ``episode.traces``) and each trace is its own
+trajectory, so one trace's return never sums another's rewards (the discounting across
+unrelated parallel branches of AReaL #1666 cannot happen).
+
 Nothing here imports verifiers: traces are read through their attributes (``info``, ``nodes``,
 ``sampled``, ``mask``, ``token_ids``, ``logprobs``, ``parent``), checked against verifiers 0.4.0.
 """
@@ -30,7 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, count
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from verifiers.v1 import Trace
@@ -38,18 +66,25 @@ if TYPE_CHECKING:
 __all__ = [
     "TURN_NODES",
     "TURN_REWARDS",
+    "TURN_SCORES",
+    "Reading",
     "TraceTurns",
     "TurnSample",
     "TurnSchemaError",
     "append_turn",
+    "append_turn_score",
     "place_advantages",
     "read_turns",
     "sampled_nodes",
+    "score_differences",
     "turn_samples",
     "write_turn_advantages",
 ]
 
 TURN_REWARDS = "turn_rewards"
+TURN_SCORES = "turn_scores"
+Reading = Literal["rewards", "scores"]
+"""How ``turn_rewards`` is read: as per-turn rewards (this package) or as per-turn scores."""
 TURN_NODES = "turn_nodes"
 _SAMPLED = attrgetter("sampled")
 _ABSENT = object()
@@ -68,9 +103,11 @@ class TraceTurns(NamedTuple):
     nodes: list[list[int]]
 
 
-def read_turns(trace: Trace) -> TraceTurns | None:
-    """The validated turns of ``trace``, or None when it records no turn rewards (no
-    ``turn_rewards``, or an empty list; ``turn_nodes`` is then not read).
+def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | None:
+    """The validated turns of ``trace``, or None when it records neither ``turn_rewards`` nor
+    ``turn_scores``, or an empty list (no turn was scored; ``turn_nodes`` is then not read).
+    Scores (``turn_scores``, or ``turn_rewards`` with ``turn_rewards="scores"``) come back as
+    rewards by differences (module docstring).
 
     Raises TurnSchemaError when a reward is not a finite number, when ``turn_nodes`` and
     ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
@@ -80,8 +117,22 @@ def read_turns(trace: Trace) -> TraceTurns | None:
     """
     info = trace.info or {}
     raw_rewards = info.get(TURN_REWARDS, _ABSENT)
-    if raw_rewards is _ABSENT or (type(raw_rewards) is list and not raw_rewards):
-        return None  # records no turn rewards: no key, or no turn was scored
+    raw_scores = info.get(TURN_SCORES, _ABSENT)
+    if raw_scores is not _ABSENT:
+        if raw_rewards is not _ABSENT:
+            raise TurnSchemaError(
+                f"trace {trace.id}: both {TURN_REWARDS} and {TURN_SCORES} in trace.info; record one "
+                f"(rewards, or scores read by differences)"
+            )
+        raw_rewards = score_differences(_scores(trace, raw_scores, TURN_SCORES))
+    elif raw_rewards is _ABSENT:
+        return None
+    elif turn_rewards == "scores":
+        raw_rewards = score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
+    elif turn_rewards != "rewards":
+        raise ValueError(f"turn_rewards must be 'rewards' or 'scores', got {turn_rewards!r}")
+    if type(raw_rewards) is list and not raw_rewards:
+        return None  # no turn was scored
     # Trainers read every trace every step, so the usual case is checked first with a few
     # C-level builtins; anything else goes through the checks that name what is wrong.
     # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
@@ -123,12 +174,33 @@ def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
     one-node-per-turn convention for traces this package produced.
     """
     (value,) = _rewards(trace, [reward], first=len(trace.info.get(TURN_REWARDS, [])))
-    indices = list(nodes)
-    for i in indices:
-        if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
-            raise TurnSchemaError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
+    indices = _checked_nodes(trace, nodes)
     trace.info.setdefault(TURN_REWARDS, []).append(value)
     trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -> None:
+    """Record one finished turn by its score φ_t (None: not scored) and its sampled nodes.
+
+    Written under ``turn_scores`` (read as rewards by differences); never mix with
+    ``append_turn`` on one trace.
+    """
+    (value,) = _scores(trace, [score], TURN_SCORES, first=len(trace.info.get(TURN_SCORES, [])))
+    indices = _checked_nodes(trace, nodes)
+    trace.info.setdefault(TURN_SCORES, []).append(value)
+    trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def score_differences(scores: Sequence[float | None]) -> list[float]:
+    """r_t = φ_t − φ_prev (φ_prev: the last non-None score before t, 0 before the first); None → 0."""
+    rewards, previous = [], 0.0
+    for score in scores:
+        if score is None:
+            rewards.append(0.0)
+        else:
+            rewards.append(score - previous)
+            previous = score
+    return rewards
 
 
 def write_turn_advantages(trace: Trace, advantages: Sequence[float]) -> None:
@@ -243,15 +315,40 @@ def _path(trace: Trace, node: int) -> list[int]:
     return path
 
 
+def _checked_nodes(trace: Trace, nodes: Sequence[int]) -> list[int]:
+    indices = list(nodes)
+    for i in indices:
+        if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
+            raise TurnSchemaError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
+    return indices
+
+
 def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
     if not isinstance(raw, (list, tuple)):
         raise TurnSchemaError(f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}")
     rewards = []
     for t, r in enumerate(raw, start=first):
+        if r is None:
+            raise TurnSchemaError(
+                f"trace {trace.id}: turn {t} reward is None; {TURN_REWARDS} holds per-turn rewards here. "
+                f"Per-turn scores with None for unscored turns (prime-rl PR #3282's reading) belong "
+                f"under {TURN_SCORES}, or read these traces with turn_rewards='scores'"
+            )
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
             raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {r!r} is not a finite number")
         rewards.append(float(r))
     return rewards
+
+
+def _scores(trace: Trace, raw: Any, key: str, first: int = 0) -> list[float | None]:
+    if not isinstance(raw, (list, tuple)):
+        raise TurnSchemaError(f"trace {trace.id}: {key} must be a list of numbers or None, got {type(raw).__name__}")
+    scores: list[float | None] = []
+    for t, phi in enumerate(raw, start=first):
+        if phi is not None and (isinstance(phi, bool) or not isinstance(phi, numbers.Real) or not math.isfinite(phi)):
+            raise TurnSchemaError(f"trace {trace.id}: turn {t} score {phi!r} in {key} is not a finite number or None")
+        scores.append(None if phi is None else float(phi))
+    return scores
 
 
 def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
