@@ -14,7 +14,7 @@ Per generation batch (checked against TRL 1.16.0, ``trl/trainer/grpo_trainer.py`
 
 Logged besides TRL's metrics: ``turns/mean``, ``turn_rewards/mean``, ``turn_rewards/turn_<t>``,
 ``turn_advantages/mean``, ``turn_advantages/abs_mean``, ``episodes/errored``. The latest batch
-is kept on ``trainer.last_batch`` (samples and TRL's own advantages), which is how the tests
+is kept on ``trainer.last_batch`` (episodes, samples and TRL's own advantages), which is how the tests
 compare the two.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,8 @@ API_KEY_VAR = "VF_STEPWISE_TRL_KEY"
 class Batch:
     """One generation batch: what the episodes gave and what TRL made of their rewards."""
 
+    episodes: list[vf.Episode]
+    """The scored episodes, one per sample (their nodes carry the advantages)."""
     samples: list[EpisodeSample]
     trl_advantages: torch.Tensor
     """TRL's own sequence-level advantages (batch,), computed before they are replaced."""
@@ -123,7 +126,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         advantages = torch.zeros(output["completion_ids"].shape, dtype=torch.float32, device=self.accelerator.device)
         for i, sample in enumerate(samples):
             advantages[i, : len(sample.advantages)] = torch.tensor(sample.advantages, dtype=torch.float32)
-        self.last_batch = Batch(samples, output["advantages"].detach().cpu(), advantages.detach().cpu())
+        self.last_batch = Batch([row["episode"] for row in inputs], samples, output["advantages"].detach().cpu(), advantages.detach().cpu())
         output["advantages"] = advantages
         self._log_turns(samples)
         return output
@@ -132,7 +135,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         """TRL's ``rollout_func``: ``prompts`` are ``self._rows``' prompts, each task's repeated."""
         indices = [row["task_index"] for row in self._rows]
         groups = _consecutive_groups(indices, self.num_generations if self.model.training else self.num_generations_eval)
-        episodes = asyncio.run(self._run_groups([self.tasks[indices[start]] for start, _ in groups], groups))
+        episodes = _run(self._run_groups([self.tasks[indices[start]] for start, _ in groups], groups))
         samples = score_groups(episodes, self.estimator, self._tokenizer.pad_token_id)
         return {
             "prompt_ids": [s.prompt_ids for s in samples],
@@ -141,6 +144,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             "env_mask": [s.env_mask for s in samples],
             "episode_reward": [s.reward for s in samples],
             "episode_sample": samples,
+            "episode": [episode for group in episodes for episode in group],
         }
 
     async def _run_groups(self, tasks: list[vf.Task], groups: list[tuple[int, int]]) -> list[list[vf.Episode]]:
@@ -190,6 +194,26 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         endpoint = getattr(self, "endpoint", None)
         if endpoint is not None:
             endpoint.stop()
+
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _run(coroutine: Any) -> Any:
+    """Run ``coroutine`` on the process's one rollout event loop (a daemon thread) and wait.
+
+    One loop for every step and every trainer, because the libraries under the train client
+    keep asyncio state across calls: renderers 0.1.12 guards its context-length lookup with a
+    module-level ``asyncio.Lock``, which binds to the first loop that waits on it, so episodes
+    on a second loop (``asyncio.run`` per step) fail their model calls.
+    """
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            _LOOP = asyncio.new_event_loop()
+            threading.Thread(target=_LOOP.run_forever, name="vf-stepwise-rollouts", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coroutine, _LOOP).result()
 
 
 def _consecutive_groups(indices: Sequence[int], size: int) -> list[tuple[int, int]]:

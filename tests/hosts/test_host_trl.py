@@ -1,0 +1,346 @@
+"""The TRL host (TRL 1.16.0): real verifiers episodes, the trainer's own model, per-token credit.
+
+Fast tests drive real episodes of ``stepwise-refine`` through verifiers' train client against
+the token endpoint with a scripted generator; the slow ones train a tiny random Llama built
+offline (``verifiers_stepwise.testing.tiny_lm``) with TRL's real ``GRPOTrainer`` loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("trl")
+
+import torch  # noqa: E402
+import verifiers.v1 as vf  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from verifiers_stepwise.estimators.registry import get_estimator  # noqa: E402
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request  # noqa: E402
+from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config  # noqa: E402
+from verifiers_stepwise.hosts.trl.rollout import score_groups  # noqa: E402
+from verifiers_stepwise.hosts.trl.sampling import ModelSampler  # noqa: E402
+from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _run  # noqa: E402
+from verifiers_stepwise.testing.episodes import run_groups  # noqa: E402
+from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer  # noqa: E402
+from verifiers_stepwise.traces.credit import score_group  # noqa: E402
+from verifiers_stepwise.traces.turns import read_turns  # noqa: E402
+
+KEY_VAR = "STEPWISE_TRL_TEST_KEY"
+REFINE = {"taskset": {"id": "stepwise-refine"}, "max_turns": 3, "threshold": math.inf}
+VOWELS = """
+import verifiers.v1 as vf
+
+__all__ = ["VowelTaskset"]
+
+
+class VowelTask(vf.Task[vf.TaskData]):
+    @vf.reward
+    async def vowels(self, trace: vf.Trace) -> float:
+        reply = trace.last_reply or ""
+        return sum(c in "aeiou" for c in reply) / max(1, len(reply))
+
+
+class VowelTaskset(vf.Taskset[VowelTask]):
+    def load(self):
+        yield VowelTask(vf.TaskData(id="vowels-0", prompt="Say something with many vowels."))
+"""
+
+
+@pytest.fixture(scope="module")
+def vowel_taskset(tmp_path_factory):
+    """A one-task taskset whose reward varies with any reply, so a random model's groups have signal."""
+    root = tmp_path_factory.mktemp("vowels")
+    (root / "trl_vowels.py").write_text(VOWELS)
+    sys.path.insert(0, str(root))
+    try:
+        yield "trl-vowels"
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("trl_vowels", None)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "local")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tokenizer, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+class Scripted:
+    """A generator replying with fixed texts in turn (closed by <end_of_turn>), logprob -0.5 per token."""
+
+    def __init__(self, tokenizer, replies, cut_at=None):
+        self.replies = [tokenizer.encode(r, add_special_tokens=False) for r in replies]
+        self.end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.cut_at = cut_at
+        self.requests: list[GenerateRequest] = []
+
+    def __call__(self, requests):
+        out = []
+        for request in requests:
+            tokens = self.replies[len(self.requests) % len(self.replies)] + [self.end]
+            self.requests.append(request)
+            limit = request.max_tokens or len(tokens)
+            finish = "stop" if len(tokens) <= limit else "length"
+            out.append(Generation(tokens[:limit], [-0.5] * min(limit, len(tokens)), finish))
+        return out
+
+
+def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None):
+    """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
+    with TokenEndpoint(generate) as endpoint:
+        client = vf.TrainClientConfig(
+            base_url=endpoint.base_url,
+            api_key_var=KEY_VAR,
+            renderer=renderer_config(),
+            renderer_model_name=tokenizer_dir,
+        )
+        return _run(
+            run_groups(
+                env, client, model="policy", rollouts=rollouts, limit=1, sampling=vf.SamplingConfig(max_tokens=max_tokens)
+            )
+        )
+
+
+# -- the endpoint and the renderer, through verifiers' real train client -----------------------
+
+
+def test_sampled_tokens_reach_the_trace_verbatim_and_feedback_is_not_sampled(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["About 400.", "It is 390.", "391"])
+    (group,) = _episodes(tokenizer_dir, generate, rollouts=1)
+    (trace,) = group[0].traces
+    assert trace.ok and len(trace.branches) == 1
+    branch = trace.branches[0]
+    sampled = [t for t, m in zip(branch.token_ids, branch.sampled_mask) if m]
+    assert sampled == [t for r in generate.replies for t in r + [generate.end]]
+    assert [lp for lp, m in zip(branch.logprobs, branch.sampled_mask) if m] == [-0.5] * len(sampled)
+    # every later prompt extends the previous prompt and reply token for token
+    for earlier, later in zip(generate.requests, generate.requests[1:]):
+        assert later.prompt_ids[: len(earlier.prompt_ids)] == earlier.prompt_ids
+    text = tokenizer.decode(branch.token_ids)
+    assert text.count("Your answer scored") == 2 and text.startswith("<bos><start_of_turn>user\nCompute")
+    assert read_turns(trace).rewards == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])
+
+
+def test_a_reply_cut_at_max_tokens_is_closed_without_forking_the_trace(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["a long reply that will be cut somewhere"])
+    (group,) = _episodes(tokenizer_dir, generate, rollouts=1, max_tokens=3)
+    (trace,) = group[0].traces
+    assert len(trace.branches) == 1 and len(read_turns(trace).rewards) == 3
+    first, second = generate.requests[:2]
+    reply = generate.replies[0][:3]
+    assert second.prompt_ids[: len(first.prompt_ids) + 4] == first.prompt_ids + reply + [generate.end]
+
+
+def test_the_renderer_needs_the_turn_tokens():
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    bare = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
+    with pytest.raises(ValueError, match="has no token"):
+        TurnFormatRenderer(bare)
+
+
+def test_the_renderer_puts_a_system_prompt_in_the_first_user_turn(tokenizer):
+    renderer = TurnFormatRenderer(tokenizer)
+    ids = renderer.render_ids(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], add_generation_prompt=True
+    )
+    assert tokenizer.decode(ids) == "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    assert renderer.get_stop_token_ids()[0] == tokenizer.convert_tokens_to_ids(END_OF_TURN)
+
+
+def test_a_failing_generator_answers_500_and_a_bad_request_400():
+    def broken(requests):
+        raise RuntimeError("out of memory")
+
+    with TokenEndpoint(broken) as endpoint:
+        root = endpoint.base_url.removesuffix("/v1")
+        for body, status, text in [
+            ({"token_ids": [1, 2], "sampling_params": {"max_tokens": 4}}, 500, "out of memory"),
+            ({"token_ids": [], "sampling_params": {}}, 400, "token_ids"),
+        ]:
+            request = urllib.request.Request(f"{root}/inference/v1/generate", json.dumps(body).encode(), method="POST")
+            request.add_header("Content-Type", "application/json")
+            with pytest.raises(urllib.error.HTTPError) as error:
+                urllib.request.urlopen(request, timeout=10)
+            assert error.value.code == status and text in error.value.read().decode()
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p")],
+)
+def test_bad_sampling_params_are_named(params, field):
+    with pytest.raises(ValueError, match=field):
+        parse_request({"token_ids": [1], "sampling_params": params})
+
+
+def test_rows_must_come_in_whole_groups():
+    assert _consecutive_groups([4, 4, 1, 1], 2) == [(0, 2), (2, 4)]
+    with pytest.raises(ValueError, match="not one task's group"):
+        _consecutive_groups([4, 1, 1, 4], 2)
+    with pytest.raises(ValueError, match="groups of 3"):
+        _consecutive_groups([4, 4], 3)
+
+
+def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["12", "13"])
+    calls = 0
+
+    def second_episode_fails_on_its_second_turn(requests):
+        nonlocal calls
+        calls += len(requests)
+        if any(len(r.prompt_ids) > 30 for r in requests) and calls > 3:
+            raise RuntimeError("engine died")
+        return generate(requests)
+
+    (group,) = _episodes(tokenizer_dir, second_episode_fails_on_its_second_turn, rollouts=2)
+    samples = score_groups([group], get_estimator("stepwise"), tokenizer.pad_token_id)
+    failed = [s for s in samples if s.excluded]
+    assert failed, "the fault should have ended an episode"
+    for sample in failed:
+        assert sample.reward is None and sample.turn_advantages == []
+        assert set(sample.advantages) == {0.0}
+        assert "engine died" in sample.excluded or "errored" in sample.excluded
+
+
+# -- training with TRL's real loop -------------------------------------------------------------
+
+
+def _trainer(tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None, generate=None, **args):
+    settings = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        max_completion_length=6,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    config = GRPOConfig(**(settings | args))
+    return StepwiseGRPOTrainer(
+        tiny_model(tokenizer),
+        env,
+        args=config,
+        processing_class=tokenizer,
+        estimator=estimator,
+        options=options,
+        generate=generate,
+    )
+
+
+@pytest.mark.slow
+def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    assert len(changed) == len(before)
+    batch = trainer.last_batch
+    assert len(batch.samples) == 4 and any(a != 0 for s in batch.samples for a in s.turn_advantages)
+    for i, (episode, sample) in enumerate(zip(batch.episodes, batch.samples)):
+        # the same traces, scored again from scratch, turn by turn
+        (trace,) = episode.traces
+        copy = episode.model_copy(deep=True)
+        for node in copy.traces[0].nodes:
+            node.advantages = None
+        turns = read_turns(trace)
+        assert len(turns.rewards) == 3
+        row = batch.advantages[i, : len(sample.completion_ids)]
+        mask = torch.tensor(sample.env_mask, dtype=torch.bool)
+        assert torch.all(row[~mask] == 0), "env tokens carry no advantage"
+        assert len(sample.turn_advantages) == 3
+        start = len(sample.prompt_ids)
+        offset = 0
+        for node in trace.nodes:
+            n = len(node.token_ids)
+            lo = offset - start
+            if lo >= 0 and node.sampled:
+                turn = next(t for t, nodes in enumerate(turns.nodes) if trace.nodes.index(node) in nodes)
+                values = row[lo : lo + n][torch.tensor(node.mask)]
+                assert torch.allclose(values, torch.tensor(sample.turn_advantages[turn], dtype=torch.float32))
+            offset += n
+    # score_group on fresh copies of the group gives the same per-turn advantages
+    copies = [e.model_copy(deep=True) for e in batch.episodes]
+    expected = score_group(copies, trainer.estimator)
+    assert [pytest.approx(a) for a in expected] == [s.turn_advantages for s in batch.samples]
+    logged = trainer.state.log_history[0]
+    for key in ("reward", "turn_rewards/mean", "turn_advantages/abs_mean", "turn_rewards/turn_2", "turns/mean"):
+        assert key in logged
+
+
+@pytest.mark.slow
+def test_single_turn_episodes_reproduce_trls_own_grpo_advantages(tokenizer, tmp_path, vowel_taskset):
+    env = {"id": "stepwise-refine", "taskset": {"id": vowel_taskset}, "max_turns": 1}
+    trainer = _trainer(tokenizer, tmp_path, env, "grpo", {"scale": "none"}, scale_rewards="none", max_steps=1)
+    trainer.train()
+    batch = trainer.last_batch
+    assert any(batch.trl_advantages != 0)
+    for i, sample in enumerate(batch.samples):
+        mask = torch.tensor(sample.env_mask, dtype=torch.bool)
+        row = batch.advantages[i, : len(sample.completion_ids)]
+        assert torch.allclose(row[mask], batch.trl_advantages[i].expand(int(mask.sum())), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_model_call_fault_mid_episode_is_recorded_and_training_goes_on(tokenizer, tmp_path):
+    from transformers import TrainerCallback
+
+    state = {"calls": 0, "faults": 0}
+
+    def flaky(requests):
+        # the first step's second batch of calls (its episodes' second turns) and the harness's
+        # two retries of it fail; everything else is answered
+        state["calls"] += 1
+        if state["calls"] >= 2 and state["faults"] < 3:
+            state["faults"] += 1
+            raise RuntimeError("injected engine fault")
+        return sampler(requests)
+
+    class KeepBatches(TrainerCallback):
+        def on_step_end(self, args, train_state, control, **kwargs):
+            batches.append(trainer.last_batch)
+
+    batches = []
+    trainer = _trainer(tokenizer, tmp_path, generate=flaky)
+    trainer.add_callback(KeepBatches())
+    sampler = ModelSampler(lambda: trainer.model, tokenizer.pad_token_id)
+    trainer.train()
+    assert trainer.state.global_step == 2 and state["faults"] == 3
+    first, second = batches
+    failed = [(e, s) for e, s in zip(first.episodes, first.samples) if s.excluded]
+    assert failed
+    for episode, sample in failed:
+        (trace,) = episode.traces
+        assert not trace.ok and any("injected engine fault" in error.message for error in trace.errors)
+        assert sample.reward is None and sample.turn_advantages == [] and set(sample.advantages) == {0.0}
+        assert 1 <= len(sample.turn_rewards) < 3, "the turns earned before the fault stay on the trace"
+    assert trainer.state.log_history[0]["episodes/errored"] == len(failed) / len(first.samples)
+    assert all(s.excluded is None for s in second.samples), "the next step trains as usual"
+    assert trainer.state.log_history[1]["episodes/errored"] == 0
