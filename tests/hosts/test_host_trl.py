@@ -344,3 +344,38 @@ def test_a_model_call_fault_mid_episode_is_recorded_and_training_goes_on(tokeniz
     assert trainer.state.log_history[0]["episodes/errored"] == len(failed) / len(first.samples)
     assert all(s.excluded is None for s in second.samples), "the next step trains as usual"
     assert trainer.state.log_history[1]["episodes/errored"] == 0
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_command_trains_checkpoints_and_plots(tokenizer, tmp_path):
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    model_dir = tmp_path / "tiny"
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    trainer = main(
+        [
+            "--env-id", "stepwise-refine", "--estimator", "stepwise", "--options", '{"gamma": 0.9}',
+            "--env-args", '{"max_turns": 2, "threshold": 2.0}', "--model", str(model_dir),
+            "--output_dir", str(out), "--max_steps", "2", "--save_steps", "1", "--logging_steps", "1",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "4",
+            "--report_to", "none",
+        ]
+    )  # fmt: skip
+    assert trainer.estimator.config.gamma == 0.9 and trainer.env.config.max_turns == 2
+    assert (out / "reward_curve.png").stat().st_size > 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert (out / "model.safetensors").is_file()
+    history = json.loads((out / "log_history.json").read_text())
+    assert [entry["turns/mean"] for entry in history if "turns/mean" in entry] == [2.0, 2.0]
+
+
+def test_the_command_names_a_bad_json_flag():
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    with pytest.raises(SystemExit, match="--options: not JSON"):
+        main(["--options", "{gamma: 1}", "--output_dir", "/tmp/unused-vf-stepwise", "--model", "unused"])
