@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import urllib.error
 import urllib.request
@@ -117,7 +116,12 @@ def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None):
         )
         return _run(
             run_groups(
-                env, client, model="policy", rollouts=rollouts, limit=1, sampling=vf.SamplingConfig(max_tokens=max_tokens)
+                env,
+                client,
+                model="policy",
+                rollouts=rollouts,
+                limit=1,
+                sampling=vf.SamplingConfig(max_tokens=max_tokens),
             )
         )
 
@@ -153,8 +157,8 @@ def test_a_reply_cut_at_max_tokens_is_closed_without_forking_the_trace(tokenizer
 
 
 def test_the_renderer_needs_the_turn_tokens():
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     bare = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
     with pytest.raises(ValueError, match="has no token"):

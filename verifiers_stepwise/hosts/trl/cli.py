@@ -10,9 +10,9 @@ scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env
 ``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
 estimator's config as JSON. With no ``--model`` the default real LM is loaded
 (``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
-one the run defaults to ``--use_cpu true --bf16 false``. TRL shows its progress bar and saves checkpoints under ``--output_dir``
-as it always does; at the end the model is saved there and the reward curve is drawn to
-``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
+one the run defaults to ``--use_cpu true --bf16 false``. TRL shows its progress bar and saves
+checkpoints under ``--output_dir`` as it always does; at the end the model is saved there and
+the reward curve is drawn to ``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ class HostArguments:
     env_id: str = field(default="stepwise-refine", metadata={"help": "verifiers env id (taskset id) to train on"})
     env_args: str = field(default="{}", metadata={"help": "JSON: the env's config fields, e.g. '{\"max_turns\": 3}'"})
     estimator: str = field(default="stepwise", metadata={"help": "registered advantage estimator name"})
-    options: str = field(default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"})
+    options: str = field(
+        default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"}
+    )
     model: str = field(
         default=DEFAULT_MODEL,
         metadata={"help": f"a local transformers model; default {DEFAULT_MODEL!r}, the Gemma 3 270M GGUF from PyPI"},
@@ -42,12 +44,11 @@ class HostArguments:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Parse, train, save, plot; returns the trainer."""
+    import torch
     from trl import GRPOConfig, TrlParser
 
     from verifiers_stepwise.hosts.trl.model import load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
-
-    import torch
 
     parser = TrlParser((HostArguments, GRPOConfig))
     if not torch.cuda.is_available():
@@ -65,7 +66,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
     output = Path(training.output_dir)
     trainer.save_model(str(output))
     (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    plot = plot_rewards(trainer.state.log_history, output / "reward_curve.png", title=f"{host.env_id} · {host.estimator}")
+    plot = plot_rewards(
+        trainer.state.log_history, output / "reward_curve.png", title=f"{host.env_id} · {host.estimator}"
+    )
     print(f"reward curve: {plot}")
     return trainer
 

@@ -51,7 +51,9 @@ class EpisodeSample:
     """Why ``score_group`` left the episode out, or None."""
 
 
-def score_groups(groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int) -> list[EpisodeSample]:
+def score_groups(
+    groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int
+) -> list[EpisodeSample]:
     """Score each group with ``estimator`` and lay every episode out, groups in order."""
     samples = []
     for episodes in groups:

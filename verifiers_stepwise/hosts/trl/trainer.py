@@ -126,7 +126,9 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         advantages = torch.zeros(output["completion_ids"].shape, dtype=torch.float32, device=self.accelerator.device)
         for i, sample in enumerate(samples):
             advantages[i, : len(sample.advantages)] = torch.tensor(sample.advantages, dtype=torch.float32)
-        self.last_batch = Batch([row["episode"] for row in inputs], samples, output["advantages"].detach().cpu(), advantages.detach().cpu())
+        self.last_batch = Batch(
+            [row["episode"] for row in inputs], samples, output["advantages"].detach().cpu(), advantages.detach().cpu()
+        )
         output["advantages"] = advantages
         self._log_turns(samples)
         return output
@@ -134,7 +136,9 @@ class StepwiseGRPOTrainer(GRPOTrainer):
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         """TRL's ``rollout_func``: ``prompts`` are ``self._rows``' prompts, each task's repeated."""
         indices = [row["task_index"] for row in self._rows]
-        groups = _consecutive_groups(indices, self.num_generations if self.model.training else self.num_generations_eval)
+        groups = _consecutive_groups(
+            indices, self.num_generations if self.model.training else self.num_generations_eval
+        )
         episodes = _run(self._run_groups([self.tasks[indices[start]] for start, _ in groups], groups))
         samples = score_groups(episodes, self.estimator, self._tokenizer.pad_token_id)
         return {
@@ -234,4 +238,3 @@ def _prompt_text(task: vf.Task) -> str:
     if prompt is None or isinstance(prompt, str):
         return prompt or ""
     return "\n".join(m.content if isinstance(m.content, str) else str(m.content) for m in prompt if m.content)
-
