@@ -7,7 +7,9 @@ Policy: Gemma 3 270M from PyPI (``hosts.trl.model``; ``--model`` for another loc
 trained by ``StepwiseGRPOTrainer`` on ``stepwise-refine`` over this module's echo taskset
 (env id ``trl-learning``): "Say the word X." — a turn scores 1 when its reply contains X,
 else 0; an unsolved turn gets the refine env's feedback and another try, up to ``--max-turns``.
-A base model that tends to echo its prompt solves it sometimes, so groups carry signal.
+A base model that tends to echo its prompt solves it sometimes, so groups carry signal
+(sampled at temperature 0.7 by default: at 1.0 with no top-k, the 262k-token vocabulary's tail
+makes most replies noise).
 Each estimator starts from the same weights with the same seeds and budget; per step we record
 the episode reward (mean), success (final turn solved) and wall time; the spread is over seeds.
 Writes ``results.md``, ``results.json`` and ``curves.png`` to ``--out``.
@@ -62,6 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens per model call")
     parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument(
+        "--temperature", type=float, default=0.7, help="sampling temperature (TRL's loss uses the same)"
+    )
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
     return parser.parse_args(argv)
 
@@ -82,6 +87,7 @@ def run_one(args: argparse.Namespace, estimator: str, seed: int) -> dict:
         max_completion_length=args.max_tokens,
         max_steps=args.steps,
         learning_rate=args.learning_rate,
+        temperature=args.temperature,
         logging_steps=1,
         save_strategy="no",
         report_to=[],

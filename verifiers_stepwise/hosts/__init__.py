@@ -3,12 +3,17 @@
     prime_rl     prime-rl's orchestrator ``Algorithm`` (``[orchestrator.algo] type = "stepwise"``)
     torchtitan   torchtitan RL's advantage component and training-sample builder
     tinker       tinker-cookbook's ``compute_advantages`` / ``assemble_training_data``
+    trl          TRL's ``GRPOTrainer`` on verifiers episodes run in-process (a subpackage)
+
+``token_endpoint`` is the token-level ``/inference/v1/generate`` HTTP layer verifiers' train
+client talks to, with the generator injected (the TRL host serves its model through it).
 
 Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
 an estimator picked by its registered name (so any installed estimator works on every host),
 configured by an ``options`` mapping that the estimator's own config validates →
-per-turn advantages written where that host's loss reads them. May import every layer but ``analysis``. Nothing in this package imports a host at import
-time; each host module imports its host when it is imported itself.
+per-turn advantages written where that host's loss reads them. May import every layer but
+``analysis``. Nothing in this package imports a host at import time; each host module imports
+its host when it is imported itself.
 """
 
 from __future__ import annotations
