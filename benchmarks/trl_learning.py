@@ -144,7 +144,12 @@ def write(args: argparse.Namespace, runs: list[dict], wall: float) -> None:
     summary = summarize(runs)
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/trl_learning.py " + " ".join(sys.argv[1:])
-    (args.out / "results.json").write_text(json.dumps({"command": command, "wall_s": wall, "runs": runs}, indent=1))
+    (args.out / "results.json").write_text(
+        json.dumps(
+            {"command": command, "args": {k: str(v) for k, v in vars(args).items()}, "wall_s": wall, "runs": runs},
+            indent=1,
+        )
+    )
     lines = [
         f"`{command}` — {len(args.seeds)} seed(s), {args.steps} steps, {args.tasks * args.generations} episodes "
         f"per step, wall {wall:.0f} s",

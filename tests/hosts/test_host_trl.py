@@ -383,3 +383,18 @@ def test_the_command_names_a_bad_json_flag():
 
     with pytest.raises(SystemExit, match="--options: not JSON"):
         main(["--options", "{gamma: 1}", "--output_dir", "/tmp/unused-vf-stepwise", "--model", "unused"])
+
+
+@pytest.mark.slow
+def test_the_learning_benchmark_runs_end_to_end(tokenizer, tmp_path):
+    """benchmarks/trl_learning.py on the tiny model (the real run uses Gemma): tables, json, plot."""
+    import trl_learning
+
+    model_dir = tmp_path / "tiny"
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "bench"
+    trl_learning.main(["--out", str(out), "--steps", "1", "--seeds", "0", "--model", str(model_dir)])
+    result = json.loads((out / "results.json").read_text())
+    assert [(r["estimator"], len(r["steps"])) for r in result["runs"]] == [("grpo", 1), ("stepwise", 1)]
+    assert "| stepwise | 1 |" in (out / "results.md").read_text() and (out / "curves.png").is_file()
