@@ -117,7 +117,10 @@ def run_one(args: argparse.Namespace, estimator: str, seed: int) -> dict:
 
     trainer = StepwiseGRPOTrainer(model, env, args=config, processing_class=tokenizer, estimator=estimator)
     trainer.add_callback(Record())
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
     return {"estimator": estimator, "seed": seed, "steps": steps}
 
 

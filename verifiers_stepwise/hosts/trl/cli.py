@@ -62,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
     trainer = StepwiseGRPOTrainer(
         model, env, args=training, processing_class=tokenizer, estimator=host.estimator, options=options
     )
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
     output = Path(training.output_dir)
     trainer.save_model(str(output))
     (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))

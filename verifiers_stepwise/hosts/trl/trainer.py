@@ -82,6 +82,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
       processing_class: the tokenizer; it must hold Gemma's turn tokens (``TurnFormatRenderer``).
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
+      kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the dataset is the
+        env's tasks (``task_rows``), the reward is the episode's (``episode_reward``).
     """
 
     def __init__(
@@ -105,7 +107,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             model=model,
             reward_funcs=[episode_reward],
             args=args,
-            train_dataset=kwargs.pop("train_dataset", None) or task_rows(self.tasks),
+            train_dataset=task_rows(self.tasks),
             processing_class=processing_class,
             rollout_func=self._rollout,
             **kwargs,
@@ -194,10 +196,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             at_t = [s.turn_rewards[t] for s in scored if len(s.turn_rewards) > t]
             metrics[f"turn_rewards/turn_{t}"].append(sum(at_t) / len(at_t))
 
-    def __del__(self) -> None:
-        endpoint = getattr(self, "endpoint", None)
-        if endpoint is not None:
-            endpoint.stop()
+    def close(self) -> None:
+        """Stop the token endpoint and remove the saved tokenizer. Its thread holds the trainer
+        (the sampler reads the current model), so the model is freed only after this."""
+        self.endpoint.stop()
+        self._tokenizer_dir.cleanup()
 
 
 _LOOP: asyncio.AbstractEventLoop | None = None
