@@ -10,7 +10,7 @@ scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env
 ``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
 estimator's config as JSON. With no ``--model`` the default real LM is loaded
 (``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
-one the run defaults to ``--use_cpu true --bf16 false``. TRL shows its progress bar and saves
+one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1. TRL shows its progress bar and saves
 checkpoints under ``--output_dir`` as it always does; at the end the model is saved there and
 the reward curve is drawn to ``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
 """
@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
         # TRL defaults to bf16, which transformers refuses without an accelerator unless told
         # use_cpu; explicit flags still win.
         parser.set_defaults(use_cpu=True, bf16=False)
+    parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
     host, training = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     env = {"taskset": {"id": host.env_id}, **_json(host.env_args, "--env-args")}
     options = _json(host.options, "--options")
