@@ -10,9 +10,10 @@ scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env
 ``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
 estimator's config as JSON. With no ``--model`` the default real LM is loaded
 (``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
-one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1. TRL shows its progress bar and saves
-checkpoints under ``--output_dir`` as it always does; at the end the model is saved there and
-the reward curve is drawn to ``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
+one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1.
+TRL shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at
+the end the model is saved there and the reward curve is drawn to
+``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
 """
 
 from __future__ import annotations
