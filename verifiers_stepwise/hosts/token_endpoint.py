@@ -15,7 +15,8 @@ and reads ``GET /v1/models`` once for ``max_model_len`` (an over-long prompt is 
 client-side). This module is only that HTTP layer: what answers is a ``generate`` function
 handed in, called with every request waiting at that moment (so a model can batch them) on a
 worker thread, never on the server's event loop. A generator that raises answers each request
-of its batch with HTTP 500 and the error text, which the client reports as a model error.
+of its batch with HTTP 500 and the error text, which the client reports as a model error; one
+that puts an exception in place of a ``Generation`` fails only that request.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Generation:
     finish_reason: Literal["stop", "length"]
 
 
-GenerateFn = Callable[[Sequence[GenerateRequest]], Sequence[Generation]]
-"""Answers a batch of requests, one ``Generation`` each, in order."""
+GenerateFn = Callable[[Sequence[GenerateRequest]], Sequence[Generation | Exception]]
+"""Answers a batch of requests, one ``Generation`` (or the exception that failed it) each, in order."""
 
 
 class TokenEndpoint:
@@ -207,7 +208,10 @@ class TokenEndpoint:
                     future.set_exception(error)
                 continue
             for (_, future), generation in zip(batch, generations):
-                future.set_result(generation)
+                if isinstance(generation, Exception):
+                    future.set_exception(generation)
+                else:
+                    future.set_result(generation)
 
 
 def parse_request(body: Any) -> GenerateRequest:
