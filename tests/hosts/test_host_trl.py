@@ -14,23 +14,20 @@ import urllib.error
 import urllib.request
 
 import pytest
+import torch
+import verifiers.v1 as vf
+from trl import GRPOConfig
 
-pytest.importorskip("trl")
-
-import torch  # noqa: E402
-import verifiers.v1 as vf  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
-
-from verifiers_stepwise.estimators.registry import get_estimator  # noqa: E402
-from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request  # noqa: E402
-from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config  # noqa: E402
-from verifiers_stepwise.hosts.trl.rollout import score_groups  # noqa: E402
-from verifiers_stepwise.hosts.trl.sampling import ModelSampler  # noqa: E402
-from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _run  # noqa: E402
-from verifiers_stepwise.testing.episodes import run_groups  # noqa: E402
-from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer  # noqa: E402
-from verifiers_stepwise.traces.credit import score_group  # noqa: E402
-from verifiers_stepwise.traces.turns import read_turns  # noqa: E402
+from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request
+from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
+from verifiers_stepwise.hosts.trl.rollout import score_groups
+from verifiers_stepwise.hosts.trl.sampling import ModelSampler
+from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _run
+from verifiers_stepwise.testing.episodes import run_groups
+from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer
+from verifiers_stepwise.traces.credit import score_group
+from verifiers_stepwise.traces.turns import read_turns
 
 KEY_VAR = "STEPWISE_TRL_TEST_KEY"
 REFINE = {"taskset": {"id": "stepwise-refine"}, "max_turns": 3, "threshold": math.inf}
