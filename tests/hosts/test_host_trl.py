@@ -297,6 +297,16 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
 
 
 @pytest.mark.slow
+def test_a_third_party_estimator_is_picked_by_its_registered_name(tokenizer, tmp_path, third_party_estimator):
+    trainer = _trainer(tokenizer, tmp_path, estimator="last-turn-only", options={"bonus": 0.5}, max_steps=1)
+    assert isinstance(trainer.estimator, third_party_estimator) and trainer.estimator.config.bonus == 0.5
+    trainer.train()
+    for sample in trainer.last_batch.samples:
+        *earlier, last = sample.turn_advantages
+        assert earlier == [0.0, 0.0] and last != 0.0
+
+
+@pytest.mark.slow
 def test_single_turn_episodes_reproduce_trls_own_grpo_advantages(tokenizer, tmp_path, vowel_taskset):
     env = {"id": "stepwise-refine", "taskset": {"id": vowel_taskset}, "max_turns": 1}
     trainer = _trainer(tokenizer, tmp_path, env, "grpo", {"scale": "none"}, scale_rewards="none", max_steps=1)
