@@ -258,6 +258,7 @@ def _trainer(tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None
 @pytest.mark.slow
 def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_path):
     trainer = _trainer(tokenizer, tmp_path)
+    assert tokenizer.convert_tokens_to_ids(END_OF_TURN) in trainer.eos_token_ids  # a closed reply ended
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.train()
     assert trainer.state.global_step == 2

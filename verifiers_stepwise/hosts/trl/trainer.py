@@ -36,7 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.hosts.token_endpoint import GenerateFn, TokenEndpoint
-from verifiers_stepwise.hosts.trl.renderer import renderer_config
+from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import EpisodeSample, score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
 
@@ -112,6 +112,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             rollout_func=self._rollout,
             **kwargs,
         )
+        # A reply closed by the turn format's <end_of_turn> ended, for TRL's clipped_ratio and
+        # mask_truncated_completions too (TRL only knows the model's eos ids).
+        end_of_turn = self._tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        if end_of_turn not in self.eos_token_ids:
+            self.eos_token_ids = [*self.eos_token_ids, end_of_turn]
         self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="vf-stepwise-tokenizer-")
         self._tokenizer.save_pretrained(self._tokenizer_dir.name)
         sampler = generate or ModelSampler(
