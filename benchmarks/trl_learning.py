@@ -7,17 +7,18 @@ Policy: Gemma 3 270M from PyPI (``hosts.trl.model``; ``--model`` for another loc
 trained by ``StepwiseGRPOTrainer`` on ``stepwise-refine`` over this module's echo taskset
 (env id ``trl-learning``): "Say the word X." — a turn scores 1 when its reply contains X,
 else 0; an unsolved turn gets the refine env's feedback and another try, up to ``--max-turns``.
-A base model that tends to echo its prompt solves it sometimes, so groups carry signal
-(sampled at temperature 0.7 by default: at 1.0 with no top-k, the 262k-token vocabulary's tail
-makes most replies noise).
+A base model that tends to echo its prompt solves it sometimes, so groups carry signal: at
+temperature 1.0 (TRL's default, this script's too) 0–50 % of episodes at the start; at 0.7 it
+solves 75–100 % untrained and the task saturates within two steps.
 Each estimator starts from the same weights with the same seeds and budget; per step we record
 the episode reward (mean), success (final turn solved) and wall time; the spread is over seeds.
 Writes ``results.md``, ``results.json`` and ``curves.png`` to ``--out``.
 
-Sizing for 60 minutes of this 2-core CPU (measured unloaded by the issue: ~10 tokens/s
-unbatched, one AdamW step on 8 × 256 tokens ~30 s): 4 episodes per step (1 task × 4
-generations) × 2 turns × 8 tokens keeps a step near 20–30 s, so 2 estimators × 3 seeds × 10
-steps ≈ 60 × 25 s ≈ 25–30 min plus 6 model loads from the cache (~12 s each).
+Sizing for 60 minutes of this 2-core CPU: 4 episodes per step (1 task × 4 generations) × 2
+turns × 8 tokens. Measured here while the machine was shared (load 7–18): 26–108 s per step,
+about 50 s on average, so 2 estimators × 3 seeds × 10 steps ≈ 60 × 50 s ≈ 50 min plus 6 model
+loads from the cache (~12 s each); on an idle machine (the issue measured ~10 tokens/s
+unbatched) it should take well under that.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens per model call")
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument(
-        "--temperature", type=float, default=0.7, help="sampling temperature (TRL's loss uses the same)"
+        "--temperature", type=float, default=1.0, help="sampling temperature (TRL's loss uses the same)"
     )
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
     return parser.parse_args(argv)
