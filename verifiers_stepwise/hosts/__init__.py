@@ -7,6 +7,10 @@
     torchtitan_main        the same credit for torchtitan main's own Verifiers rollouter
     torchtitan_recipes     torchtitan config-registry recipes
     tinker       tinker-cookbook's ``compute_advantages`` / ``assemble_training_data``
+    trl          TRL's ``GRPOTrainer`` on verifiers episodes run in-process (a subpackage)
+
+``token_endpoint`` is the token-level ``/inference/v1/generate`` HTTP layer verifiers' train
+client talks to, with the generator injected (the TRL host serves its model through it).
 
 Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
 an estimator picked by its registered name (so any installed estimator works on every host),

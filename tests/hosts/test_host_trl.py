@@ -1,0 +1,432 @@
+"""The TRL host (TRL 1.16.0): real verifiers episodes, the trainer's own model, per-token credit.
+
+Fast tests drive real episodes of ``stepwise-refine`` through verifiers' train client against
+the token endpoint with a scripted generator; the slow ones train a tiny random Llama built
+offline (``verifiers_stepwise.testing.tiny_lm``) with TRL's real ``GRPOTrainer`` loop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+import verifiers.v1 as vf
+from trl import GRPOConfig
+
+from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.hosts.trl.endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request
+from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
+from verifiers_stepwise.hosts.trl.rollout import score_groups
+from verifiers_stepwise.hosts.trl.sampling import ModelSampler
+from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _run
+from verifiers_stepwise.testing.episodes import run_groups
+from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer
+from verifiers_stepwise.traces.credit import score_group
+from verifiers_stepwise.traces.turns import read_turns
+
+KEY_VAR = "STEPWISE_TRL_TEST_KEY"
+REFINE = {"taskset": {"id": "stepwise-refine"}, "max_turns": 3, "threshold": math.inf}
+VOWELS = """
+import verifiers.v1 as vf
+
+__all__ = ["VowelTaskset"]
+
+
+class VowelTask(vf.Task[vf.TaskData]):
+    @vf.reward
+    async def vowels(self, trace: vf.Trace) -> float:
+        reply = trace.last_reply or ""
+        return sum(c in "aeiou" for c in reply) / max(1, len(reply))
+
+
+class VowelTaskset(vf.Taskset[VowelTask]):
+    def load(self):
+        yield VowelTask(vf.TaskData(id="vowels-0", prompt="Say something with many vowels."))
+"""
+
+
+@pytest.fixture(scope="module")
+def vowel_taskset(tmp_path_factory):
+    """A one-task taskset whose reward varies with any reply, so a random model's groups have signal."""
+    root = tmp_path_factory.mktemp("vowels")
+    (root / "trl_vowels.py").write_text(VOWELS)
+    sys.path.insert(0, str(root))
+    try:
+        yield "trl-vowels"
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("trl_vowels", None)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "local")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tokenizer, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+class Scripted:
+    """A generator replying with fixed texts in turn (closed by <end_of_turn>), logprob -0.5 per token."""
+
+    def __init__(self, tokenizer, replies, cut_at=None):
+        self.replies = [tokenizer.encode(r, add_special_tokens=False) for r in replies]
+        self.end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.cut_at = cut_at
+        self.requests: list[GenerateRequest] = []
+
+    def __call__(self, requests):
+        out = []
+        for request in requests:
+            tokens = self.replies[len(self.requests) % len(self.replies)] + [self.end]
+            self.requests.append(request)
+            limit = request.max_tokens or len(tokens)
+            finish = "stop" if len(tokens) <= limit else "length"
+            out.append(Generation(tokens[:limit], [-0.5] * min(limit, len(tokens)), finish))
+        return out
+
+
+def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None):
+    """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
+    with TokenEndpoint(generate) as endpoint:
+        client = vf.TrainClientConfig(
+            base_url=endpoint.base_url,
+            api_key_var=KEY_VAR,
+            renderer=renderer_config(),
+            renderer_model_name=tokenizer_dir,
+        )
+        return _run(
+            run_groups(
+                env,
+                client,
+                model="policy",
+                rollouts=rollouts,
+                limit=1,
+                sampling=vf.SamplingConfig(max_tokens=max_tokens),
+            )
+        )
+
+
+# -- the endpoint and the renderer, through verifiers' real train client -----------------------
+
+
+def test_sampled_tokens_reach_the_trace_verbatim_and_feedback_is_not_sampled(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["About 400.", "It is 390.", "391"])
+    (group,) = _episodes(tokenizer_dir, generate, rollouts=1)
+    (trace,) = group[0].traces
+    assert trace.ok and len(trace.branches) == 1
+    branch = trace.branches[0]
+    sampled = [t for t, m in zip(branch.token_ids, branch.sampled_mask) if m]
+    assert sampled == [t for r in generate.replies for t in r + [generate.end]]
+    assert [lp for lp, m in zip(branch.logprobs, branch.sampled_mask) if m] == [-0.5] * len(sampled)
+    # every later prompt extends the previous prompt and reply token for token
+    for earlier, later in zip(generate.requests, generate.requests[1:]):
+        assert later.prompt_ids[: len(earlier.prompt_ids)] == earlier.prompt_ids
+    text = tokenizer.decode(branch.token_ids)
+    assert text.count("Your answer scored") == 2 and text.startswith("<bos><start_of_turn>user\nCompute")
+    assert read_turns(trace).rewards == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])
+
+
+def test_a_reply_cut_at_max_tokens_is_closed_without_forking_the_trace(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["a long reply that will be cut somewhere"])
+    (group,) = _episodes(tokenizer_dir, generate, rollouts=1, max_tokens=3)
+    (trace,) = group[0].traces
+    assert len(trace.branches) == 1 and len(read_turns(trace).rewards) == 3
+    first, second = generate.requests[:2]
+    reply = generate.replies[0][:3]
+    assert second.prompt_ids[: len(first.prompt_ids) + 4] == first.prompt_ids + reply + [generate.end]
+
+
+def test_the_renderer_needs_the_turn_tokens():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    bare = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
+    with pytest.raises(ValueError, match="has no token"):
+        TurnFormatRenderer(bare)
+
+
+def test_the_renderer_puts_a_system_prompt_in_the_first_user_turn(tokenizer):
+    renderer = TurnFormatRenderer(tokenizer)
+    ids = renderer.render_ids(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], add_generation_prompt=True
+    )
+    assert tokenizer.decode(ids) == "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    assert renderer.get_stop_token_ids()[0] == tokenizer.convert_tokens_to_ids(END_OF_TURN)
+
+
+def test_a_failing_generator_answers_500_and_a_bad_request_400():
+    def broken(requests):
+        raise RuntimeError("out of memory")
+
+    with TokenEndpoint(broken) as endpoint:
+        root = endpoint.base_url.removesuffix("/v1")
+        for body, status, text in [
+            ({"token_ids": [1, 2], "sampling_params": {"max_tokens": 4}}, 500, "out of memory"),
+            ({"token_ids": [], "sampling_params": {}}, 400, "token_ids"),
+        ]:
+            request = urllib.request.Request(f"{root}/inference/v1/generate", json.dumps(body).encode(), method="POST")
+            request.add_header("Content-Type", "application/json")
+            with pytest.raises(urllib.error.HTTPError) as error:
+                urllib.request.urlopen(request, timeout=10)
+            assert error.value.code == status and text in error.value.read().decode()
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p")],
+)
+def test_bad_sampling_params_are_named(params, field):
+    with pytest.raises(ValueError, match=field):
+        parse_request({"token_ids": [1], "sampling_params": params})
+
+
+def test_rows_must_come_in_whole_groups():
+    assert _consecutive_groups([4, 4, 1, 1], 2) == [(0, 2), (2, 4)]
+    with pytest.raises(ValueError, match="not one task's group"):
+        _consecutive_groups([4, 1, 1, 4], 2)
+    with pytest.raises(ValueError, match="groups of 3"):
+        _consecutive_groups([4, 4], 3)
+
+
+def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, ["12", "13"])
+    calls = 0
+
+    def second_episode_fails_on_its_second_turn(requests):
+        nonlocal calls
+        calls += len(requests)
+        if any(len(r.prompt_ids) > 30 for r in requests) and calls > 3:
+            raise RuntimeError("engine died")
+        return generate(requests)
+
+    (group,) = _episodes(tokenizer_dir, second_episode_fails_on_its_second_turn, rollouts=2)
+    samples = score_groups([group], get_estimator("stepwise"), tokenizer.pad_token_id)
+    failed = [s for s in samples if s.excluded]
+    assert failed, "the fault should have ended an episode"
+    for sample in failed:
+        assert sample.reward is None and sample.turn_advantages == []
+        assert set(sample.advantages) == {0.0}
+        assert "engine died" in sample.excluded or "errored" in sample.excluded
+
+
+# -- training with TRL's real loop -------------------------------------------------------------
+
+
+def _trainer(tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None, generate=None, **args):
+    settings = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=2,
+        max_completion_length=6,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    config = GRPOConfig(**(settings | args))
+    return StepwiseGRPOTrainer(
+        tiny_model(tokenizer),
+        env,
+        args=config,
+        processing_class=tokenizer,
+        estimator=estimator,
+        options=options,
+        generate=generate,
+    )
+
+
+@pytest.mark.slow
+def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path)
+    assert tokenizer.convert_tokens_to_ids(END_OF_TURN) in trainer.eos_token_ids  # a closed reply ended
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    assert len(changed) == len(before)
+    batch = trainer.last_batch
+    assert len(batch.samples) == 4 and any(a != 0 for s in batch.samples for a in s.turn_advantages)
+    for i, (episode, sample) in enumerate(zip(batch.episodes, batch.samples)):
+        # the same traces, scored again from scratch, turn by turn
+        (trace,) = episode.traces
+        copy = episode.model_copy(deep=True)
+        for node in copy.traces[0].nodes:
+            node.advantages = None
+        turns = read_turns(trace)
+        assert len(turns.rewards) == 3
+        row = batch.advantages[i, : len(sample.completion_ids)]
+        mask = torch.tensor(sample.env_mask, dtype=torch.bool)
+        assert torch.all(row[~mask] == 0), "env tokens carry no advantage"
+        assert len(sample.turn_advantages) == 3
+        start = len(sample.prompt_ids)
+        offset = 0
+        for node in trace.nodes:
+            n = len(node.token_ids)
+            lo = offset - start
+            if lo >= 0 and node.sampled:
+                turn = next(t for t, nodes in enumerate(turns.nodes) if trace.nodes.index(node) in nodes)
+                values = row[lo : lo + n][torch.tensor(node.mask)]
+                assert torch.allclose(values, torch.tensor(sample.turn_advantages[turn], dtype=torch.float32))
+            offset += n
+    # score_group on fresh copies of the group gives the same per-turn advantages
+    copies = [e.model_copy(deep=True) for e in batch.episodes]
+    expected = score_group(copies, trainer.estimator)
+    assert [pytest.approx(a) for a in expected] == [s.turn_advantages for s in batch.samples]
+    logged = trainer.state.log_history[0]
+    for key in ("reward", "turn_rewards/mean", "turn_advantages/abs_mean", "turn_rewards/turn_2", "turns/mean"):
+        assert key in logged
+
+
+@pytest.mark.slow
+def test_a_third_party_estimator_is_picked_by_its_registered_name(tokenizer, tmp_path, third_party_estimator):
+    trainer = _trainer(tokenizer, tmp_path, estimator="last-turn-only", options={"bonus": 0.5}, max_steps=1)
+    assert isinstance(trainer.estimator, third_party_estimator) and trainer.estimator.config.bonus == 0.5
+    trainer.train()
+    for sample in trainer.last_batch.samples:
+        *earlier, last = sample.turn_advantages
+        assert earlier == [0.0, 0.0] and last != 0.0
+
+
+@pytest.mark.slow
+def test_single_turn_episodes_reproduce_trls_own_grpo_advantages(tokenizer, tmp_path, vowel_taskset):
+    env = {"id": "stepwise-refine", "taskset": {"id": vowel_taskset}, "max_turns": 1}
+    trainer = _trainer(tokenizer, tmp_path, env, "grpo", {"scale": "none"}, scale_rewards="none", max_steps=1)
+    trainer.train()
+    batch = trainer.last_batch
+    assert any(batch.trl_advantages != 0)
+    for i, sample in enumerate(batch.samples):
+        mask = torch.tensor(sample.env_mask, dtype=torch.bool)
+        row = batch.advantages[i, : len(sample.completion_ids)]
+        assert torch.allclose(row[mask], batch.trl_advantages[i].expand(int(mask.sum())), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_model_call_fault_mid_episode_is_recorded_and_training_goes_on(tokenizer, tmp_path):
+    from transformers import TrainerCallback
+
+    def flaky(requests):
+        # in the first step every second-turn call fails (the harness's retries too): a prompt
+        # longer than the task's own holds a reply and feedback
+        first = min(len(r.prompt_ids) for r in requests) if not prompt_len else prompt_len[0]
+        prompt_len[:] = [first]
+        if trainer.state.global_step > 0:
+            return sampler(requests)
+        answers = sampler([r for r in requests if len(r.prompt_ids) == first])
+        fault = RuntimeError("injected engine fault")
+        return [answers.pop(0) if len(r.prompt_ids) == first else fault for r in requests]
+
+    class KeepBatches(TrainerCallback):
+        def on_step_end(self, args, train_state, control, **kwargs):
+            batches.append(trainer.last_batch)
+
+    batches, prompt_len = [], []
+    trainer = _trainer(tokenizer, tmp_path, generate=flaky)
+    trainer.add_callback(KeepBatches())
+    sampler = ModelSampler(lambda: trainer.model, tokenizer.pad_token_id)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    first, second = batches
+    for episode, sample in zip(first.episodes, first.samples):
+        (trace,) = episode.traces
+        assert not trace.ok and any("injected engine fault" in error.message for error in trace.errors)
+        assert sample.excluded and sample.reward is None and sample.turn_advantages == []
+        assert set(sample.advantages) == {0.0}
+        assert len(sample.turn_rewards) == 1, "the turn earned before the fault stays on the trace"
+    assert trainer.state.log_history[0]["episodes/errored"] == 1.0
+    assert all(s.excluded is None for s in second.samples), "the next step trains as usual"
+    assert trainer.state.log_history[1]["episodes/errored"] == 0
+    assert any(a != 0 for s in second.samples for a in s.turn_advantages)
+
+
+def test_a_generator_can_fail_one_request_of_a_batch():
+    def half(requests):
+        return [Generation([5], [-1.0], "length") if r.prompt_ids[0] == 1 else ValueError("no") for r in requests]
+
+    with TokenEndpoint(half, batch_window=0.2) as endpoint:
+        root = endpoint.base_url.removesuffix("/v1")
+
+        def post(first):
+            body = json.dumps({"token_ids": [first, 2], "sampling_params": {}}).encode()
+            request = urllib.request.Request(f"{root}/inference/v1/generate", body, method="POST")
+            request.add_header("Content-Type", "application/json")
+            try:
+                return json.loads(urllib.request.urlopen(request, timeout=10).read())["choices"][0]["token_ids"]
+            except urllib.error.HTTPError as error:
+                return error.code
+
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(post, [1, 3])) == [[5], 500]
+        assert endpoint.calls == 1
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_command_trains_checkpoints_and_plots(tokenizer, tmp_path):
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    model_dir = tmp_path / "tiny"
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    trainer = main(
+        [
+            "--env-id", "stepwise-refine", "--estimator", "stepwise", "--options", '{"gamma": 0.9}',
+            "--env-args", '{"max_turns": 2, "threshold": 2.0}', "--model", str(model_dir),
+            "--output_dir", str(out), "--max_steps", "2", "--save_steps", "1",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "4",
+            "--report_to", "none",
+        ]
+    )  # fmt: skip
+    assert trainer.estimator.config.gamma == 0.9 and trainer.env.config.max_turns == 2
+    assert (out / "reward_curve.png").stat().st_size > 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert (out / "model.safetensors").is_file()
+    history = json.loads((out / "log_history.json").read_text())
+    # a log entry per step: the command's --logging_steps default is 1
+    assert [entry["turns/mean"] for entry in history if "turns/mean" in entry] == [2.0, 2.0]
+
+
+def test_the_command_names_a_bad_json_flag():
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    with pytest.raises(SystemExit, match="--options: not JSON"):
+        main(["--options", "{gamma: 1}", "--output_dir", "/tmp/unused-vf-stepwise", "--model", "unused"])
+
+
+@pytest.mark.slow
+def test_the_learning_benchmark_runs_end_to_end(tokenizer, tmp_path):
+    """benchmarks/trl_learning.py on the tiny model (the real run uses Gemma): tables, json, plot."""
+    import trl_learning
+
+    model_dir = tmp_path / "tiny"
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "bench"
+    trl_learning.main(["--out", str(out), "--steps", "1", "--seeds", "0", "--model", str(model_dir)])
+    result = json.loads((out / "results.json").read_text())
+    assert [(r["estimator"], len(r["steps"])) for r in result["runs"]] == [("grpo", 1), ("stepwise", 1)]
+    assert "| stepwise | 1 |" in (out / "results.md").read_text() and (out / "curves.png").is_file()

