@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.fixtures import materialize
+from stepwise_swe_bench.fixtures import base_checkout, materialize
 from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
@@ -20,11 +20,17 @@ def workspace(tmp_path: Path, instance_id: str) -> tuple[SweInstance, BwrapSandb
     instance = INSTANCES[instance_id]
     repo = tmp_path / "repo"
     materialize(instance, repo)
-    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30))
+    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30), base=base_checkout(instance))
 
 
 def graded(instance: SweInstance, sandbox: BwrapSandbox, timeout_s: float = 60):
-    return asyncio.run(grade(instance, sandbox, timeout_s=timeout_s, kept_log_bytes=1 << 20))
+    """One round as the environment grades it: the repository's diff on a fresh checkout."""
+
+    async def round_():
+        patch = await model_patch(sandbox, instance.base_commit)
+        return await grade(instance, sandbox, patch, timeout_s=timeout_s, kept_log_bytes=1 << 20)
+
+    return asyncio.run(round_())
 
 
 def sh(sandbox: BwrapSandbox, command: str, stdin: bytes | None = None):
