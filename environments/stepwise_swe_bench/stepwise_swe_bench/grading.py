@@ -55,6 +55,11 @@ MAX_PATCH_BYTES = 8 * 1024 * 1024
 # drivers, text conversions or replace refs (which could make the diff differ from the files).
 _GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
 _DIFF = "diff --binary --no-renames --no-ext-diff --no-textconv"
+# What running the code leaves behind, never part of a diff (byte code a model adds on purpose,
+# e.g. with `git add -f`, is still in its index and rejected by ``machinery``).
+_GENERATED = " ".join(
+    f"':(exclude,glob){g}'" for g in ("**/__pycache__/**", "**/*.py[co]", "**/.pytest_cache/**", "**/*.egg-info/**")
+)
 # Log lines a failure summary is made of: pytest's short summary, error and location lines;
 # unittest's and Django's FAIL/ERROR headers, exception lines and frames.
 _SUMMARY_LINE = re.compile(
@@ -135,13 +140,15 @@ def failure_summary(test_output: str, hidden: list[str]) -> str:
 
 
 async def model_patch(sandbox: Sandbox, base_commit: str) -> str:
-    """The repository's changes against the base commit, new files included, as a git diff.
-    Staged through a throwaway index in /tmp, so the model's own index is left alone; files the
-    model made unreadable to itself are made readable first (they belong to the diff)."""
+    """The repository's changes against the base commit, new files included, as a git diff,
+    without build and cache output (``__pycache__``, ``*.pyc``, ``.pytest_cache``,
+    ``*.egg-info``). Staged through a throwaway index in /tmp, so the model's own index is left
+    alone; files the model made unreadable to itself are made readable first (they belong to the
+    diff). Whatever the repository's git configuration makes of it, this text is what is graded."""
     result = await sandbox.run(
         "chmod -R u+rwX . 2>/dev/null; "
         "cp .git/index /tmp/vf-index 2>/dev/null; export GIT_INDEX_FILE=/tmp/vf-index; "
-        f"{_GIT} add --all . >/dev/null 2>/tmp/vf-err && "
+        f"{_GIT} add --all -- . {_GENERATED} >/dev/null 2>/tmp/vf-err && "
         f"{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>/tmp/vf-err "
         "|| { echo; cat /tmp/vf-err; exit 1; }",
         kept_bytes=MAX_PATCH_BYTES,
