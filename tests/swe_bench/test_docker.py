@@ -132,7 +132,7 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
         # What a rollout does after task setup: cut the container's network.
         await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
         command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
-        patch = await model_patch(sandbox, instance.base_commit)
+        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
         verdict = await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 20)
         # The tool server's view: it borrows the container by id.
         async with open_sandbox(BoxRef.model_validate_json(box.model_dump_json())) as tools:

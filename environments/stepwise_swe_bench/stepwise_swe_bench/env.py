@@ -46,7 +46,9 @@ class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
         try:
             sandbox = task.sandbox(trace)
             try:
-                patch = await model_patch(sandbox, task.data.instance.base_commit)
+                patch = await model_patch(
+                    sandbox, task.data.instance.base_commit, timeout_s=task.config.grading_timeout_s
+                )
             except PatchError as error:  # the model broke its own git repository: its round
                 patch, result = "", RoundGrade("RESOLVED_NO", False, False, rejected=str(error))
             else:

@@ -125,7 +125,9 @@ def _test_section(log: str) -> str:
 
 def hidden_lines(test_patch: str) -> list[str]:
     """The lines the hidden test patch adds (stripped; the short ones left out)."""
-    added = (line[1:].strip() for line in test_patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    added = (
+        line[1:].strip() for line in test_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
+    )
     return sorted({line for line in added if len(line) >= _MIN_HIDDEN_LINE})
 
 
@@ -139,7 +141,7 @@ def failure_summary(test_output: str, hidden: list[str]) -> str:
     return "\n".join(kept)
 
 
-async def model_patch(sandbox: Sandbox, base_commit: str) -> str:
+async def model_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float) -> str:
     """The repository's changes against the base commit, new files included, as a git diff,
     without build and cache output (``__pycache__``, ``*.pyc``, ``.pytest_cache``,
     ``*.egg-info``). Staged through a throwaway index in /tmp, so the model's own index is left
@@ -152,6 +154,7 @@ async def model_patch(sandbox: Sandbox, base_commit: str) -> str:
         f"{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>/tmp/vf-err "
         "|| { echo; cat /tmp/vf-err; exit 1; }",
         kept_bytes=MAX_PATCH_BYTES,
+        timeout_s=timeout_s,
     )
     if result.exit_code != 0 or result.termination != "exit":
         raise PatchError(f"git could not read the repository's changes: {printable(result.describe())[-500:]}")
@@ -160,21 +163,27 @@ async def model_patch(sandbox: Sandbox, base_commit: str) -> str:
     return result.output
 
 
-async def _blob(sandbox: Sandbox, revision: str) -> bytes:
-    shown = await sandbox.run(f"git show {shlex.quote(revision)} | base64 -w0", kept_bytes=MAX_PATCH_BYTES)
+async def _blob(sandbox: Sandbox, revision: str, timeout_s: float) -> bytes:
+    command = f"git show {shlex.quote(revision)} | base64 -w0"
+    shown = await sandbox.run(command, kept_bytes=MAX_PATCH_BYTES, timeout_s=timeout_s)
     return base64.b64decode(shown.output.strip())
 
 
-async def apply_patch(sandbox: Sandbox, patch: str, instance: SweInstance) -> str | None:
+async def apply_patch(sandbox: Sandbox, patch: str, instance: SweInstance, *, timeout_s: float) -> str | None:
     """Apply ``patch`` to the fresh checkout in ``sandbox`` (index and files); why it cannot be
-    graded, or None. The changes are read back with the checkout's own (trusted) git."""
+    graded, or None. The changes are read back with the checkout's own (trusted) git. Each step
+    may take ``timeout_s`` (these are grading's steps, not the model's commands)."""
     if patch.strip():
         applied = await sandbox.run(
-            f"{_GIT} apply --binary --whitespace=nowarn - && {_GIT} add --all .", stdin=patch.encode()
+            f"{_GIT} apply --binary --whitespace=nowarn - && {_GIT} add --all .",
+            stdin=patch.encode(),
+            timeout_s=timeout_s,
         )
         if applied.exit_code != 0 or applied.termination != "exit":
             return f"the diff does not apply to the base commit: {printable(applied.output).strip()[-500:]}"
-    raw = await sandbox.run(f"{_GIT} diff --cached --raw -z --no-renames HEAD", kept_bytes=MAX_PATCH_BYTES)
+    raw = await sandbox.run(
+        f"{_GIT} diff --cached --raw -z --no-renames HEAD", kept_bytes=MAX_PATCH_BYTES, timeout_s=timeout_s
+    )
     if raw.exit_code != 0:
         return f"the applied diff could not be read back: {printable(raw.output).strip()[-500:]}"
     hidden = touched_paths(instance.test_patch)
@@ -182,8 +191,8 @@ async def apply_patch(sandbox: Sandbox, patch: str, instance: SweInstance) -> st
     for change in parse_raw_diff(raw.output):
         before = after = None
         if needs_content(change):
-            before = None if change.added else await _blob(sandbox, f"HEAD:{change.path}")
-            after = None if change.status == "D" else await _blob(sandbox, f":{change.path}")
+            before = None if change.added else await _blob(sandbox, f"HEAD:{change.path}", timeout_s)
+            after = None if change.status == "D" else await _blob(sandbox, f":{change.path}", timeout_s)
         reason = check_change(change, hidden, before, after)
         if reason is not None:
             reasons.append(reason)
@@ -201,7 +210,7 @@ async def grade(
 
     spec = instance.test_spec()
     async with sandbox.pristine() as clean:
-        rejected = await apply_patch(clean, patch, instance)
+        rejected = await apply_patch(clean, patch, instance, timeout_s=timeout_s)
         if rejected is not None:
             return RoundGrade("RESOLVED_NO", False, False, rejected=rejected)
         result: CommandResult = await clean.evaluate(spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
