@@ -65,7 +65,7 @@ def check(results: dict[str, dict]) -> None:
     assert not [line for line in leak["hidden_lines"] if line in leak["feedback"]]
     assert "RuntimeError" in leak["feedback"]
     escapes = results["terminal_escapes"]["feedback"]
-    assert "owned" in escapes and "\x1b" not in escapes and "\x00" not in escapes and "\x07" not in escapes
+    assert "RuntimeError" in escapes and "\x1b" not in escapes and "\x00" not in escapes and "\x07" not in escapes
     for name, result in results.items():
         assert result["after"] == "still usable\n", name
 

@@ -300,3 +300,22 @@ def test_the_running_interpreter_prefixes_are_known_without_starting_it():
     expected = tuple(dict.fromkeys(p for p in resolved if not p.is_relative_to("/usr")))
     with mock.patch.object(module.subprocess, "run", side_effect=AssertionError("started a subprocess")):
         assert module._python_prefixes.__wrapped__(Path(sys.executable)) == expected
+
+
+def test_dev_shm_is_private_and_bounded(repo: Path):
+    """bwrap's own /dev is an unbounded tmpfs; /dev/shm gets a size-limited one."""
+    sandbox = BwrapSandbox(repo, SandboxLimits(shm_mb=8))
+    result = run(sandbox, "head -c 20M /dev/zero > /dev/shm/fill; echo rc=$?; du -sm /dev/shm | cut -f1")
+    assert "No space left on device" in result.output and "rc=1" in result.output
+    assert result.output.split()[-1] == "8"
+    still_usable(sandbox)
+
+
+def test_the_privilege_drop_is_by_absolute_path(sandbox: BwrapSandbox):
+    """A ``setpriv`` earlier on the sandbox's PATH (the test environment's bin comes first) is
+    never the one that drops privileges."""
+    with sandbox.command("true", []) as cmd:
+        inner = cmd.argv[cmd.argv.index("--") + 1 :]
+    if sandbox.privileged:
+        assert inner[0] == "/usr/bin/setpriv"
+    assert "setpriv" not in inner[1:] and inner[inner.index("/bin/bash") :][:2] == ["/bin/bash", "-c"]

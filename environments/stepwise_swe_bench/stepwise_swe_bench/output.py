@@ -14,8 +14,10 @@ from typing import Any, Literal
 __all__ = ["CommandResult", "OutputBuffer", "Termination", "printable"]
 
 Termination = Literal["exit", "timeout", "output_limit"]
-# ANSI escape sequences (CSI and two-byte ESC forms), then C0/C1 controls other than \t and \n.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# ANSI escape sequences (OSC, CSI, two-byte ESC forms), then C0/C1 controls other than \t, \n.
+_CONTROL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
 
 
 def printable(text: str) -> str:
