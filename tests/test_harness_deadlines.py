@@ -11,8 +11,10 @@ import verifiers.v1 as vf
 
 from verifiers_stepwise.envs import harness as harness_module
 from verifiers_stepwise.envs.harness import ModelCallError, StepwiseChatConfig, StepwiseChatHarness
+from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, Reply, scripted
 
+from .test_env import _many_games, client, guess_env, only_trace  # noqa: F401 - guess_env is a fixture
 from .test_harness import agent, api_key, task  # noqa: F401 - api_key is an autouse fixture
 
 SCRIPT = scripted(
@@ -117,3 +119,22 @@ async def test_through_the_interception_an_upstream_request_error_reaches_the_tr
         assert requests_for(server, "Too long") == 1
     assert not trace.ok
     assert any("400" in e.message and "maximum context length" in e.message for e in trace.errors), trace.errors
+
+
+async def test_in_an_episode_a_hung_call_is_that_turns_error_and_the_run_goes_on(guess_env, monkeypatch):  # noqa: F811
+    """The third model call's stream never finishes (default request settings, keepalives
+    flowing): the call_timeout ends it, the two earned turns keep their rewards, the other
+    game runs to the end."""
+    monkeypatch.setattr(guess_env.GuessTaskset, "load", _many_games)
+    script = {f"Game {i}:": ["1", "2", Reply(content="3", fault="no_done")] for i in (3, 4, 5, 6)}
+    script["Game 9:"] = ["1", "9"]
+    env = {"taskset": {"id": "guess-env"}, "agent": {"harness": {"id": "stepwise-chat", "call_timeout": 2}}}
+    start = time.monotonic()
+    with ModelServer(scripted(script), hang_seconds=60) as server:
+        groups = await run_groups(env, client(server))
+    assert time.monotonic() - start < 40
+    *hung, clean = [only_trace(g) for g in groups]
+    for trace in hung:
+        assert not trace.ok and "ran past the call_timeout of 2 s" in trace.errors[-1].message
+        assert len(trace.info["turn_rewards"]) == 2  # the turns it earned are kept
+    assert clean.ok and clean.info["turn_rewards"] == pytest.approx([0.2, 1.0])
