@@ -103,6 +103,13 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     "fix_unreadable": (["chmod 000 slugs/slugify.py"], True),
     "fix_locked_workdir": (["chmod 000 ."], True),
     "fix_with_metadata_change": (["sed -i 's/1.0.3/1.0.4/' pyproject.toml"], True),
+    "fix_with_deep_tree": (
+        [
+            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p $deep && cd $deep && echo bottom > f.txt && chmod 000 .. . "
+            "&& echo built"
+        ],
+        True,
+    ),
     "fix_with_bytecode_left": (
         ["PYTHONDONTWRITEBYTECODE= python -c 'import slugs.slugify'", "ls slugs/__pycache__"],
         True,
@@ -142,7 +149,16 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
         "hidden_lines": hidden_lines(instance.test_patch),
         "after": (await sandbox.run("echo still usable")).output,
         "outputs": outputs,
+        "removed": _removed(repo),
     }
+
+
+def _removed(repo: Path) -> bool:
+    """The host-side cleanup of a rollout's repository, after the attack."""
+    from stepwise_swe_bench.sandbox import remove_tree
+
+    remove_tree(repo)
+    return not repo.exists()
 
 
 async def play(workdir: Path, names: list[str], python: Path | None = None) -> dict[str, dict]:

@@ -66,8 +66,11 @@ def check(results: dict[str, dict]) -> None:
     assert "RuntimeError" in leak["feedback"]
     escapes = results["terminal_escapes"]["feedback"]
     assert "RuntimeError" in escapes and "\x1b" not in escapes and "\x00" not in escapes and "\x07" not in escapes
+    deep = results["fix_with_deep_tree"]
+    assert deep["outputs"] == ["built\n"] and "d/" * 999 + "d/f.txt" in deep["patch"]
     for name, result in results.items():
         assert result["after"] == "still usable\n", name
+        assert result["removed"], name  # cleanup survives what the attack left (1,000 levels, chmod 000)
 
 
 @pytest.mark.slow

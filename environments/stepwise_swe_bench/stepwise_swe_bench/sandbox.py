@@ -38,7 +38,6 @@ import contextlib
 import functools
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import uuid
@@ -75,6 +74,8 @@ _INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu)
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 _SETPRIV = "/usr/bin/setpriv"
 """util-linux's setpriv, by absolute path (never looked up on the sandbox's PATH)."""
+_CHMOD, _RM = "/bin/chmod", "/bin/rm"
+"""coreutils, by absolute path, for host-side cleanup."""
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ENV = {
     "HOME": "/tmp",
@@ -147,17 +148,17 @@ def hand_over(path: Path, repo: Path | None = None) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a tree that a command may have made read-only."""
-
-    def retry(function, failed, _exc) -> None:
-        parent = os.path.dirname(failed)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if not os.path.islink(failed) and os.path.isdir(failed):
-            os.chmod(failed, os.stat(failed).st_mode | stat.S_IRWXU)
-        function(failed)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=retry)
+    """Delete a tree a command built: however deep (``shutil.rmtree`` recurses in Python and
+    raises ``RecursionError`` near 1,000 levels), with read-only or unreadable directories
+    (given back their owner's permissions first). coreutils by absolute path; symlinks are
+    removed, never followed; other file systems mounted inside are left alone."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_symlink():
+        subprocess.run([_CHMOD, "-R", "u+rwX", "--", str(path)], capture_output=True, check=False)
+    done = subprocess.run([_RM, "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"could not remove {path}: {done.stderr.strip()[-500:]}")
 
 
 @functools.cache
