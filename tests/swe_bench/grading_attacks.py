@@ -105,8 +105,8 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     "fix_with_metadata_change": (["sed -i 's/1.0.3/1.0.4/' pyproject.toml"], True),
     "fix_with_deep_tree": (
         [
-            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p $deep && cd $deep && echo bottom > f.txt && chmod 000 .. . "
-            "&& echo built"
+            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p $deep && cd $deep && echo bottom > f.txt "
+            "&& chmod 000 .. . && echo built"
         ],
         True,
     ),
