@@ -21,9 +21,10 @@ Two ways to get an unprivileged sandboxed process, chosen by who runs this code:
 - root: Linux never applies RLIMIT_NPROC to root, so a fork bomb would be unbounded. Bubblewrap
   runs privileged (no user namespace) and the command drops to an unprivileged host uid/gid
   with ``setpriv`` (all capabilities and the bounding set cleared, no_new_privs) before it
-  starts. Each repository gets its own uid (``sandbox_identity``): RLIMIT_NPROC is counted per
-  uid, so with one shared uid a fork bomb in one episode would starve the commands of every
-  other episode running beside it. The repository is handed to its uid (``hand_over``).
+  starts. Each live repository gets a uid no other one holds (``sandbox_identity``, claimed in
+  a root-only directory): RLIMIT_NPROC is counted per uid, so with a shared uid a fork bomb in
+  one episode would starve the commands of every other episode running beside it. The
+  repository is handed to its uid (``hand_over``).
 
 Verifiers' own ``Runtime`` is the box a rollout lives in; it also hosts trusted framework processes
 (tool servers, the state channel on the interception server at 127.0.0.1) that need the network.
@@ -38,8 +39,10 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -65,8 +68,9 @@ __all__ = [
 WORKDIR = "/testbed"
 """Where the repository appears to commands (as in the official SWE-bench images)."""
 UID_BASE = 1 << 20
-"""As root, sandboxed commands run as uid/gid UID_BASE + (a hash of the repository path mod
-UID_BASE): unprivileged ids no account on the host uses, one per repository."""
+"""As root, sandboxed commands run as a uid/gid in UID_BASE..2*UID_BASE-1 (ids no account on
+the host uses), one per live repository: claimed at first use (``sandbox_identity``, starting
+at a hash of the path), given back when its tree is removed (``remove_tree``)."""
 USERNS_ID = 1000
 """uid/gid inside the user namespace of an ordinary user's sandbox."""
 _INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
@@ -127,11 +131,73 @@ class Sandbox(Protocol):
 
 
 def sandbox_identity(repo: Path) -> tuple[int, int]:
-    """Host (uid, gid) that commands in the sandbox of ``repo`` run as."""
-    if os.geteuid() == 0:
-        uid = UID_BASE + zlib.crc32(str(Path(repo).resolve()).encode()) % UID_BASE
-        return uid, uid
-    return os.geteuid(), os.getegid()
+    """Host (uid, gid) that commands in the sandbox of ``repo`` run as: as root, the uid claimed
+    for ``repo`` (on first use), else this user's."""
+    if os.geteuid() != 0:
+        return os.geteuid(), os.getegid()
+    marker = _uid_marker(repo)
+    try:
+        uid = int(marker.read_text())
+    except FileNotFoundError:
+        uid = _claim_uid(repo)
+        marker.write_text(str(uid))
+    return uid, uid
+
+
+def _uid_marker(repo: Path) -> Path:
+    """Where a repository's uid is kept: beside it, outside what its sandbox can see."""
+    repo = Path(repo).resolve()
+    return repo.parent / f".{repo.name}.uid"
+
+
+@functools.cache
+def _uid_claims() -> Path:
+    """Root's directory of claimed uids, one file per uid naming its repository."""
+    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    claims = base / "stepwise-swe-bench-uids"
+    claims.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(claims)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
+        raise SandboxUnavailable(f"{claims} must be a directory only root can write")
+    return claims
+
+
+def _claim_uid(repo: Path) -> int:
+    """A uid no live repository holds: UID_BASE + the path's hash, or the next free one after
+    it. A claim whose repository is gone (a crashed run) is taken over."""
+    repo = Path(repo).resolve()
+    claims = _uid_claims()
+    start = zlib.crc32(str(repo).encode()) % UID_BASE
+    for k in range(UID_BASE):
+        uid = UID_BASE + (start + k) % UID_BASE
+        claim = claims / str(uid)
+        for _ in range(2):  # once more after removing a stale claim
+            try:
+                fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                holder = Path(claim.read_text(errors="replace") or "/")
+                if holder.exists() or holder == repo:
+                    break
+                claim.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as out:
+                out.write(str(repo))
+            return uid
+    raise SandboxUnavailable(f"no free sandbox uid in {UID_BASE}..{2 * UID_BASE - 1}")
+
+
+def _release_uid(repo: Path) -> None:
+    """Give back ``repo``'s uid (its tree is being removed)."""
+    marker = _uid_marker(repo)
+    try:
+        uid = marker.read_text()
+    except FileNotFoundError:
+        return
+    claim = _uid_claims() / uid
+    with contextlib.suppress(FileNotFoundError):
+        if claim.read_text() == str(Path(repo).resolve()):
+            claim.unlink()
+    marker.unlink(missing_ok=True)
 
 
 def hand_over(path: Path, repo: Path | None = None) -> None:
@@ -152,6 +218,8 @@ def remove_tree(path: Path) -> None:
     raises ``RecursionError`` near 1,000 levels), with read-only or unreadable directories
     (given back their owner's permissions first). coreutils by absolute path; symlinks are
     removed, never followed; other file systems mounted inside are left alone."""
+    if os.geteuid() == 0:
+        _release_uid(path)
     if not (path.exists() or path.is_symlink()):
         return
     if not path.is_symlink():
