@@ -111,9 +111,14 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 def strip_think(message: vf.AssistantMessage) -> vf.AssistantMessage:
     """The message without its reasoning: reasoning fields dropped, ``<think>…</think>``
     blocks removed from the text (and an unclosed trailing ``<think>…``, and everything up to
-    a lone ``</think>``, whose opening tag was in the prompt template)."""
+    a lone ``</think>``, whose opening tag was in the prompt template). A message with no
+    reasoning at all is returned as it is (not even its whitespace changes), so the trace's
+    branch does not fork at it."""
     content = message.content
-    if content is not None:
+    has_tags = content is not None and ("<think>" in content or "</think>" in content)
+    if not has_tags and message.reasoning_content is None and message.provider_state is None:
+        return message
+    if has_tags:
         content = _THINK_BLOCK.sub("", content)
         if "</think>" in content:
             content = content.rsplit("</think>", 1)[1]
