@@ -81,7 +81,7 @@ def test_grading_attacks_fail_in_the_bubblewrap_sandbox(tmp_path: Path):
     check(asyncio.run(play(tmp_path, list(SCENARIOS))))
 
 
-def test_environment(root: Path) -> Path:
+def ordinary_user_python(root: Path) -> Path:
     """A venv of the system Python holding pytest and its dependencies: an ordinary user's test
     environment (this suite's own interpreter lives under /root, which other users cannot read)."""
     import importlib.util
@@ -113,7 +113,7 @@ def test_grading_attacks_fail_in_the_user_namespace_sandbox():
     workdir = root / "attacks"
     workdir.mkdir()
     os.chown(workdir, NOBODY, NOBODY)
-    python = test_environment(root)
+    python = ordinary_user_python(root)
     script = (
         "import sys; from pathlib import Path; from tests.swe_bench.grading_attacks import as_ordinary_user; "
         "as_ordinary_user(65534, Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])"

@@ -326,13 +326,14 @@ def test_the_privilege_drop_is_by_absolute_path(sandbox: BwrapSandbox):
 def test_live_repositories_never_share_a_uid(tmp_path: Path):
     """Uids were crc32(path) % 2^20: two of 256 concurrent episodes collided with probability
     ~0.03, and then one's fork bomb starved the other. Two paths that collide get two uids."""
+    import hashlib
     import zlib
 
     from stepwise_swe_bench.sandbox import UID_BASE, _uid_claims, remove_tree
 
     seen: dict[int, Path] = {}
-    for i in range(100_000):
-        path = (tmp_path / f"r{i}").resolve()
+    for i in range(100_000):  # names with random bits: CRC32 is affine, so r0, r1, ... may never collide
+        path = (tmp_path / hashlib.sha256(str(i).encode()).hexdigest()[:16]).resolve()
         bucket = zlib.crc32(str(path).encode()) % UID_BASE
         if bucket in seen:
             first, second = seen[bucket], path
