@@ -319,6 +319,20 @@ def test_output_paths_are_checked_before_reading_and_never_an_input(tmp_path, ca
     assert code == 2 and "is not a directory" in err and "not json" not in err
 
 
+def test_a_reward_too_large_for_a_float_is_bad_input_not_a_crash(tmp_path, capsys):
+    """A 400-digit integer reward raised a raw OverflowError, even with --skip-bad."""
+    traces = write_episodes(tmp_path / "huge.jsonl", [make_episode([0.123456789, 0.0]), make_episode([1.0])])
+    text = traces.read_text()
+    marker = '"turn_rewards": [0.123456789'
+    assert text.count(marker) == 1
+    traces.write_text(text.replace(marker, f'"turn_rewards": [{10**400}'))  # valid JSON no float can hold
+    code, _, err = run(capsys, "advantages", traces, "--no-output")
+    assert code == 2 and "turn 0 reward 10000000000000000000... (401 digits) is not a finite float" in err
+    code, out, err = run(capsys, "advantages", traces, "--no-output", "--skip-bad", "--json")
+    assert code == 0, err
+    assert json.loads(out)["counts"]["trajectories"] == 1
+
+
 def test_nothing_scorable_says_why(tmp_path, capsys):
     errored = write_episodes(tmp_path / "errored.jsonl", [make_episode([1.0], ok=False) for _ in range(3)])
     code, _, err = run(capsys, "advantages", errored, "--no-output")

@@ -247,9 +247,14 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
         raise TurnSchemaError(f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}")
     rewards = []
     for t, r in enumerate(raw, start=first):
-        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
-            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {r!r} is not a finite number")
-        rewards.append(float(r))
+        try:  # an int past float64's range (JSON allows 400 digits) overflows here
+            value = float(r) if isinstance(r, numbers.Real) and not isinstance(r, bool) else math.nan
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            shown = f"{str(r)[:20]}... ({len(str(r))} digits)" if isinstance(r, int) else repr(r)
+            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {shown} is not a finite float")
+        rewards.append(value)
     return rewards
 
 
