@@ -327,7 +327,7 @@ def test_a_reward_too_large_for_a_float_is_bad_input_not_a_crash(tmp_path, capsy
     assert text.count(marker) == 1
     traces.write_text(text.replace(marker, f'"turn_rewards": [{10**400}'))  # valid JSON no float can hold
     code, _, err = run(capsys, "advantages", traces, "--no-output")
-    assert code == 2 and "turn 0 reward 10000000000000000000... (401 digits) is not a finite float" in err
+    assert code == 2 and "turn 0 reward 10000000000000000000... (401 digits) is not a finite number" in err
     code, out, err = run(capsys, "advantages", traces, "--no-output", "--skip-bad", "--json")
     assert code == 0, err
     assert json.loads(out)["counts"]["trajectories"] == 1
