@@ -252,7 +252,8 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
         except OverflowError:
             value = math.inf
         if not math.isfinite(value):
-            shown = f"{str(r)[:20]}... ({len(str(r))} digits)" if isinstance(r, int) else repr(r)
+            huge = type(r) is int and len(str(r)) > 20
+            shown = f"{str(r)[:20]}... ({len(str(r))} digits)" if huge else repr(r)
             raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {shown} is not a finite number")
         rewards.append(value)
     return rewards
