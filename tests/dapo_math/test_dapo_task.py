@@ -30,7 +30,7 @@ def test_dapo_rewards_plus_one_and_minus_one_by_default():
         {"correct": -1.0},
         {"correct": -1.0},
     )
-    assert right.metrics == {"accuracy": 1.0, "has_answer": 1.0, "verify_timeout": 0.0}
+    assert right.metrics == {"accuracy": 1.0, "has_answer": 1.0, "verify_timeout": 0.0, "verify_error": 0.0}
     assert missing.metrics["has_answer"] == 0.0
 
 

@@ -84,13 +84,14 @@ class TurnScore:
 
     def record(self, node: int | None) -> dict:
         """This score as kept in ``trace.info["dapo_turns"]``, for the reply at ``node``."""
-        return {
+        record = {
             "node": node,
             "extracted": self.extracted,
             "correct": self.correct,
             "rewards": self.rewards,
             "metrics": self.metrics,
         }
+        return record | ({"verify_error": self.error} if self.error is not None else {})
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -98,6 +99,7 @@ class TurnScore:
             "accuracy": float(self.correct),
             "has_answer": float(self.extracted is not None and not self.echoed),
             "verify_timeout": float(self.timed_out),
+            "verify_error": float(self.error is not None),
         }
         if self.length is not None:
             metrics["response_tokens"] = float(self.length)
