@@ -13,10 +13,13 @@ rule follows how pytest (9.2, ``_pytest/config/findpaths.py``, ``_pytest/python.
   (``[tool.pytest]``/``[tool.pytest.ini_options]``, ``[pytest]``, ``[tool:pytest]``/``[pytest]``),
   parsed as pytest parses them (``tomllib``, ``iniconfig``); a file that cannot be parsed counts
   as changed. ``addopts`` can add ``-p plugin``, ``python_files`` can swap the tests;
-- lies in a test directory (a path part ``tests``, ``test`` or ``testing``) or is a test module
-  by pytest's default pattern (``test_*.py``, ``*_test.py``), or is a file the hidden test patch
-  touches: helpers the hidden tests import, test runners (Django's ``tests/runtests.py``) and, with
-  pytest's default ``prepend`` import mode, modules next to the tests shadow any import;
+- is a file the hidden test patch touches, or lies in a directory of the hidden tests (for each
+  hidden test file, its nearest ancestor named ``tests``, ``test`` or ``testing``, else its own
+  directory): helpers the hidden tests import, test runners (Django's ``tests/runtests.py``) and,
+  with pytest's default ``prepend`` import mode, modules next to the tests shadow any import.
+  Library code in a directory with such a name elsewhere (``django/test/``, ``sphinx/testing/``)
+  is code under test and may change;
+- is a test module by pytest's default pattern (``test_*.py``, ``*_test.py``);
 - is byte code (``*.pyc``/``*.pyo``, ``__pycache__``): an ``unchecked-hash`` pyc (PEP 552) is
   imported without looking at its source, so it could replace a hidden test module;
 - is package metadata or a start-up hook: ``*.dist-info``/``*.egg-info`` (``importlib.metadata``
@@ -41,7 +44,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = ["Change", "check_change", "needs_content", "parse_raw_diff", "touched_paths"]
+__all__ = ["Change", "check_change", "needs_content", "parse_raw_diff", "hidden_test_dirs", "touched_paths"]
 
 ALWAYS_CONFIG = frozenset({"pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"})
 SECTIONED_CONFIG = frozenset({"pyproject.toml", "tox.ini", "setup.cfg"})
@@ -81,6 +84,16 @@ def touched_paths(patch: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"^diff --git a/(\S+) b/", patch, re.MULTILINE)}
 
 
+def hidden_test_dirs(hidden: set[str]) -> set[PurePosixPath]:
+    """The directories of the hidden tests: for each file, its nearest ancestor named like a
+    test directory, else the directory it is in."""
+    found = set()
+    for path in map(PurePosixPath, hidden):
+        named = [parent for parent in path.parents if parent.name in TEST_DIRS]
+        found.add(named[0] if named else path.parent)
+    return found - {PurePosixPath(".")}  # a test module at the root protects only itself
+
+
 def needs_content(change: Change) -> bool:
     """Whether ``check_change`` must see the file's text before and after."""
     return PurePosixPath(change.path).name in SECTIONED_CONFIG and change.new_mode not in LINK_MODES
@@ -104,7 +117,7 @@ def check_change(
         return f"{change.path} changes pytest's configuration"
     if change.path in hidden:
         return f"{change.path} is a file the hidden tests change"
-    if TEST_DIRS.intersection(parts[:-1]) or _TEST_MODULE.match(name):
+    if _TEST_MODULE.match(name) or any(d in path.parents for d in hidden_test_dirs(hidden)):
         return f"{change.path} is in the tests"
     if name.endswith((".pyc", ".pyo")) or "__pycache__" in parts:
         return f"{change.path} is Python byte code"
