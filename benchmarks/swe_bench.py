@@ -6,8 +6,9 @@ bubblewrap sandbox over it; it ends when a first sandboxed command (``git rev-pa
 answered. Target: median <= 100 ms. References measured in the same run: starting an empty
 bubblewrap sandbox, and ``git clone`` of the same repository (the usual way to get a checkout).
 
-The test run per round is one grading: copy the repository inside the sandbox, apply the hidden
-tests, run FAIL_TO_PASS and PASS_TO_PASS, grade with swebench. Reference: the same pytest run
+The test run per round is one grading: read the model's diff, copy the base checkout, apply the
+diff and check it (``machinery``), apply the hidden tests, run FAIL_TO_PASS and PASS_TO_PASS,
+grade with swebench. Reference: the same pytest run
 directly on the host, without sandbox, copy or git steps.
 
     python benchmarks/swe_bench.py [--episodes 40] [--gradings 3]
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from stepwise_swe_bench.box import prepare_box
 from stepwise_swe_bench.fixtures import FIXTURES, commit_tree
-from stepwise_swe_bench.grading import grade
+from stepwise_swe_bench.grading import grade, model_patch
 from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
@@ -91,7 +92,8 @@ async def main() -> None:
         _, sandbox = await prepare_box(runtime, instance, limits)
         for _ in range(args.gradings):
             start = time.perf_counter()
-            await grade(instance, sandbox, timeout_s=600, kept_log_bytes=1 << 22)
+            patch = await model_patch(sandbox, instance.base_commit, timeout_s=600)
+            await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 22)
             gradings.append(time.perf_counter() - start)
         await runtime.stop()
         commit_tree(FIXTURES / "tasks" / instance.instance_id / "repo", repo, "base")

@@ -153,7 +153,7 @@ def test_episodes_without_any_id_are_bad_input_never_one_catch_all_group(tmp_pat
     assert code == 2
     assert f"{traces}:1: episode has no group.id and its task has no key or hash" in err
     code, _, err = run(capsys, "advantages", traces, "--skip-bad")
-    assert code == 2 and "no scorable trajectories" in err and "(4 bad lines or traces skipped)" in err
+    assert code == 2 and "no scorable trajectories" in err and "4 bad lines or traces skipped" in err
 
 
 def test_task_hash_groups_when_there_is_no_key(tmp_path, capsys):
@@ -298,6 +298,50 @@ def test_train_client_tokens_are_counted_per_turn(tmp_path, capsys):
         assert counts == [r["tokens"] for r in rows if r["episode"] == episode.id]
 
 
+def test_output_paths_are_checked_before_reading_and_never_an_input(tmp_path, capsys):
+    """``-o`` onto a hard link of the input overwrote the traces; an output in a missing
+    directory failed only after the whole input was read."""
+    import os
+
+    traces = write_episodes(tmp_path / "traces.jsonl", rollouts(tasks=1, per_task=2))
+    before = traces.read_bytes()
+    os.link(traces, tmp_path / "hard.jsonl")
+    (tmp_path / "soft.jsonl").symlink_to(traces)
+    for alias in ("hard.jsonl", "soft.jsonl"):
+        code, _, err = run(capsys, "advantages", traces, "-o", tmp_path / alias)
+        assert code == 2 and f"would overwrite the input file {traces}" in err, err
+    code, _, err = run(capsys, "advantages", traces, "--no-output", "--plot", tmp_path / "hard.jsonl")
+    assert code == 2 and "would overwrite the input file" in err
+    assert traces.read_bytes() == before
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")  # reading it would fail: the output check comes first
+    code, _, err = run(capsys, "advantages", bad, "-o", tmp_path / "missing" / "out.jsonl")
+    assert code == 2 and "is not a directory" in err and "not json" not in err
+
+
+def test_a_reward_too_large_for_a_float_is_bad_input_not_a_crash(tmp_path, capsys):
+    """A 400-digit integer reward raised a raw OverflowError, even with --skip-bad."""
+    traces = write_episodes(tmp_path / "huge.jsonl", [make_episode([0.123456789, 0.0]), make_episode([1.0])])
+    text = traces.read_text()
+    marker = '"turn_rewards": [0.123456789'
+    assert text.count(marker) == 1
+    traces.write_text(text.replace(marker, f'"turn_rewards": [{10**400}'))  # valid JSON no float can hold
+    code, _, err = run(capsys, "advantages", traces, "--no-output")
+    assert code == 2 and "turn 0 reward 10000000000000000000... (401 digits) is not a finite number" in err
+    code, out, err = run(capsys, "advantages", traces, "--no-output", "--skip-bad", "--json")
+    assert code == 0, err
+    assert json.loads(out)["counts"]["trajectories"] == 1
+
+
+def test_nothing_scorable_says_why(tmp_path, capsys):
+    errored = write_episodes(tmp_path / "errored.jsonl", [make_episode([1.0], ok=False) for _ in range(3)])
+    code, _, err = run(capsys, "advantages", errored, "--no-output")
+    assert code == 2 and "no scorable trajectories" in err and "of 3 traces, 3 errored (trace.ok" in err
+    (tmp_path / "empty.jsonl").write_text("")
+    code, _, err = run(capsys, "advantages", tmp_path / "empty.jsonl", "--no-output")
+    assert code == 2 and "the files hold no traces" in err
+
+
 def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counted(tmp_path, capsys):
     group = [
         make_episode([0.0, 1.0]),
@@ -401,7 +445,7 @@ def test_missing_file_unknown_estimator_and_bad_config_are_clear_errors(tmp_path
     code, _, err = run(capsys, "advantages", traces, "--gammas", "0,x")
     assert code == 2 and "--gammas: expected numbers" in err
     code, _, err = run(capsys, "advantages", traces, "-o", traces)
-    assert code == 2 and "would overwrite an input file" in err
+    assert code == 2 and "would overwrite the input file" in err
     # A run directory of vf-eval works as well as its traces.jsonl.
     code, _, err = run(capsys, "advantages", tmp_path, "--no-output")
     assert code == 0, err

@@ -183,3 +183,13 @@ def test_exclude_think_branches_carry_one_turns_credit_each_with_tokens():
         assert sum(branch.sampled_mask) == 3
     samples = turn_samples(trace, [-0.5, 0.25, 1.5])
     assert [s.token_ids for s in samples] == [br.token_ids for br in trace.branches]
+
+
+async def test_exclude_think_without_reasoning_is_one_branch(guess_env):
+    """Nothing to strip, nothing changes: answers padded with whitespace and no reasoning stay
+    one branch (stripping whitespace used to fork the graph at every turn)."""
+    script = {"Game 3": [" 5\n", "2 ", "3"]}
+    (game3,) = await play(script, {"taskset": {"id": "guess-env"}, "exclude_think": True}, limit=1)
+    trace = only_trace(game3)
+    (branch,) = trace.branches
+    assert [m.content for m in branch.messages if m.role == "assistant"] == [" 5\n", "2 ", "3"]

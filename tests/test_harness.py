@@ -246,6 +246,14 @@ def test_strip_think(content, expected):
     assert stripped.tool_calls == message.tool_calls
 
 
+@pytest.mark.parametrize("content", ["  Plain answer, no reasoning.\n", "", None])
+def test_strip_think_leaves_a_message_without_reasoning_as_it_is(content):
+    """It used to strip whitespace, so ``exclude_think`` forked a branch on traces that had no
+    reasoning at all."""
+    message = vf.AssistantMessage(content=content)
+    assert strip_think(message) is message
+
+
 async def test_exclude_think_keeps_the_current_turns_reasoning_through_its_tool_loop(server):
     prompt = "Think, then call a tool"
     script = scripted(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,25 +47,34 @@ def bundled_count() -> int:
     return sum(1 for line in BUNDLED_PATH.read_text().splitlines() if line.strip())
 
 
-def test_offline_the_default_dataset_falls_back_to_the_bundled_set(monkeypatch, caplog):
+def offline(monkeypatch) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import datasets.config
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+
+
+def test_offline_the_default_dataset_falls_back_to_the_bundled_set_loudly(monkeypatch):
+    """Only the default dataset, with a warning on stderr (the logger it used to go to has no
+    handler under vf-eval), and the preset's split still holds."""
+    offline(monkeypatch)
     assert config().dataset == "dapo-math-17k"
-    with caplog.at_level(logging.WARNING, logger="stepwise_dapo_math.loaders"):
+    with pytest.warns(UserWarning, match=r"DAPO-Math-17k.*bundled offline set.*--env.taskset.dataset bundled"):
         problems = load_problems(config())
-    assert len(problems) == bundled_count() >= 200
-    assert {p.source for p in problems} >= {"champ", "reasoning_gym/gcd"}
-    assert "DAPO-Math-17k" in caplog.text and "bundled" in caplog.text
+    assert 0 < len(problems) < bundled_count() and {p.split for p in problems} == {"train"}
+
+
+def test_a_dataset_the_user_named_is_never_replaced(monkeypatch):
+    """``--env.taskset.dataset aime-2024`` offline ran bundled CHAMP problems instead."""
+    offline(monkeypatch)
+    with pytest.raises(DatasetError, match=r"'aime-2024'.*To run offline on the bundled problems.*dataset bundled"):
+        load_problems(config(dataset="aime-2024"))
 
 
 def test_without_fallback_an_unreachable_hub_is_an_error(monkeypatch):
-    import datasets.config
-
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    with pytest.raises(ConnectionError, match="DAPO-Math-17k"):
+    offline(monkeypatch)
+    with pytest.raises(DatasetError, match="DAPO-Math-17k"):
         load_problems(config(offline_fallback=False))
 
 

@@ -105,3 +105,45 @@ def test_a_cancelled_check_stops_its_worker():
         assert asyncio.run(run()).correct
     finally:
         checker.close()
+
+
+def test_a_broken_pool_is_restarted_and_the_failure_recorded():
+    """A correct answer scored -1 with no trace of why once the worker pool broke. Here the
+    pool stops under the checker (as when its manager dies): the next check starts a new pool,
+    is right, and says what happened."""
+    checker = SymbolicChecker(workers=1, timeout_s=30.0)
+    try:
+        assert checker.check("\\frac{1}{2}", "0.5").correct
+        checker._pool.stop()
+        checker._pool.join()
+
+        async def run():
+            return await checker.acheck("\\frac{2}{4}", "0.5")
+
+        result = asyncio.run(run())
+        assert result.correct and result.error is None and checker.restarts == 1
+        assert checker.check("\\frac{3}{6}", "0.5").correct
+    finally:
+        checker.close()
+
+
+def test_a_failed_check_is_on_the_turns_record(monkeypatch):
+    """When math-verify cannot answer (here: every try fails), the reply scores as wrong and the
+    turn's record and metrics say why."""
+    from stepwise_dapo_math.config import DapoMathTaskConfig
+    from stepwise_dapo_math.symbolic import SymbolicResult
+    from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask
+
+    async def broken(self, answer, gold):
+        return SymbolicResult(False, error="ProcessExpired: Abnormal termination")
+
+    monkeypatch.setattr(SymbolicChecker, "_acheck_once", broken)
+    task = DapoMathTask(
+        DapoMathData(id="t", prompt="p", answer="\\frac{1}{2}"), DapoMathTaskConfig(verifier="math_verify")
+    )
+    score = asyncio.run(task.score_reply("Answer: 0.5"))
+    assert not score.correct and score.metrics["verify_error"] == 1.0
+    record = score.record(3)
+    assert (
+        record["verify_error"] == "ProcessExpired: Abnormal termination; retried: ProcessExpired: Abnormal termination"
+    )

@@ -30,8 +30,22 @@ def test_dapo_rewards_plus_one_and_minus_one_by_default():
         {"correct": -1.0},
         {"correct": -1.0},
     )
-    assert right.metrics == {"accuracy": 1.0, "has_answer": 1.0, "verify_timeout": 0.0}
+    assert right.metrics == {"accuracy": 1.0, "has_answer": 1.0, "verify_timeout": 0.0, "verify_error": 0.0}
     assert missing.metrics["has_answer"] == 0.0
+
+
+def test_the_prompts_own_answer_template_echoed_back_is_no_answer():
+    """DAPO's prompt ends with "... of the form Answer: $Answer (without quotes) where $Answer
+    is the answer to the problem."; a model that repeats it has not answered."""
+    from stepwise_dapo_math.prompts import dapo_prompt
+
+    prompt = dapo_prompt("What is 6 * 7?")
+    t = DapoMathTask(DapoMathData(id="t1", prompt=prompt, answer="42"), DapoMathTaskConfig())
+    template = "I will end with a line of the form Answer: $Answer (without quotes) where $Answer is the answer."
+    for echo in (score(t, template), score(t, prompt)):  # the template, or the whole prompt back
+        assert echo.extracted is not None and echo.metrics["has_answer"] == 0.0 and not echo.correct
+    assert score(t, "Answer: 42").metrics["has_answer"] == 1.0
+    assert score(t, "Answer: 41").metrics["has_answer"] == 1.0  # wrong, but an answer
 
 
 def test_a_one_zero_reward_is_a_config_away():

@@ -29,7 +29,7 @@ def vf_eval(server: ModelServer, out: Path, *flags: str) -> list[vf.WireEpisode]
         output_dir=out / "outputs",
         env={"HOME": str(out)},  # the subprocess runtime's work dirs land here
     )
-    assert "using the bundled offline set" in run.process.stderr + run.process.stdout
+    assert "running on the bundled offline set" in run.process.stderr + run.process.stdout
     return run.episodes
 
 

@@ -68,6 +68,8 @@ elif command == "exec":
         user_command = inner[4]
         if user_command == "git rev-parse HEAD":
             print(os.environ["FAKE_DOCKER_HEAD"])
+        elif " diff --binary " in user_command or " diff --cached --raw " in user_command:
+            pass  # the model changed nothing (its diff, and the grading copy's, are empty)
         elif user_command.startswith("bash /tmp/stepwise-eval-"):
             print(Path(os.environ["FAKE_DOCKER_EVAL_LOG"]).read_text(), end="")
         else:

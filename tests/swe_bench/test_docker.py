@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import verifiers.v1 as vf
 from stepwise_swe_bench.box import BoxRef, UnsupportedRuntime, open_sandbox, prepare_box
-from stepwise_swe_bench.grading import grade
+from stepwise_swe_bench.grading import grade, model_patch
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.taskset import SweBenchTask, SweBenchTaskConfig, task_data
@@ -134,18 +134,24 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
         # What a rollout does after task setup: cut the container's network.
         await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
         command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
-        verdict = await grade(instance, sandbox, timeout_s=600, kept_log_bytes=1 << 20)
+        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
+        verdict = await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 20)
         # The tool server's view: it borrows the container by id.
         async with open_sandbox(BoxRef.model_validate_json(box.model_dump_json())) as tools:
             borrowed = await tools.run("git status")
     argvs = calls(docker)
 
-    (run,) = [a for a in argvs if a[:1] == ["run"] and "--detach" in a]
-    assert run[run.index("--entrypoint") + 1] == "sleep" and run[-2:] == [IMAGE, "infinity"]
-    container = run[run.index("--name") + 1]
-    assert {"NET_ADMIN", "NET_RAW"} <= {run[i + 1] for i, a in enumerate(run) if a == "--cap-drop"}
-    (cut,) = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
-    assert f"container:{container}" in cut and "iptables -A OUTPUT -j REJECT" in " ".join(cut)
+    # Two containers of the image: the model's, and a fresh one where its diff is graded.
+    run, grader_run = [a for a in argvs if a[:1] == ["run"] and "--detach" in a]
+    container, grader = (r[r.index("--name") + 1] for r in (run, grader_run))
+    assert container != grader
+    for started in (run, grader_run):
+        assert started[started.index("--entrypoint") + 1] == "sleep" and started[-2:] == [IMAGE, "infinity"]
+        assert {"NET_ADMIN", "NET_RAW"} <= {started[i + 1] for i, a in enumerate(started) if a == "--cap-drop"}
+    cuts = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
+    for name in (container, grader):  # neither may reach the network
+        (cut,) = [c for c in cuts if f"container:{name}" in c]
+        assert "iptables -A OUTPUT -j REJECT" in " ".join(cut)
     assert box.kind == "docker" and box.repo == "/testbed" and box.container == "f" * 12
 
     def sandboxed(argv: list[str]) -> list[str] | None:
@@ -169,11 +175,12 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     (script,) = [p for p in (docker / "files").iterdir() if p.name.startswith("stepwise-eval-")]
     assert script.read_text() == instance.test_spec().eval_script
     assert "SWEBENCH_TEST_EXIT_CODE=$?" in script.read_text()
-    (grading,) = [
-        inner
-        for _, inner in execs
+    ((grading_exec, grading),) = [
+        (outer, inner)
+        for outer, inner in execs
         if inner[4] == f"bash /tmp/{script.name}; status=$?; rm -f /tmp/{script.name}; exit $status"
     ]
+    assert grader in grading_exec and container not in grading_exec
     assert "ulimit -H -S -c 0 -t 600 " in grading[2]  # a test process may use the whole run's CPU
     assert grading[5:7] == ["/testbed", "600"]
     assert verdict.resolved and verdict.status == "RESOLVED_FULL"
@@ -182,7 +189,7 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     # The tool server reached the same container by its id.
     assert borrowed.output == "ran: git status\n"
     assert any(a[:1] == ["exec"] and "f" * 12 in a and "git status" in a for a in argvs)
-    assert ["rm", "--force", container] in argvs
+    assert ["rm", "--force", container] in argvs and ["rm", "--force", grader] in argvs
 
 
 async def test_runtimes_that_cannot_host_the_tools_are_refused():

@@ -4,7 +4,9 @@ scripted model works through tool calls, with every command in the bubblewrap sa
 One run, three bundled tasks, two rollouts each (a tool server starts per rollout, so the
 scenarios share a run):
 
-- semverlite: both rollouts fix the bug in round 1 -> resolved, turn rewards [1];
+- semverlite: rollout A fixes the bug in round 1 -> resolved, turn rewards [1]; rollout B cheats
+  instead: a root conftest.py that marks every test passed, then a pytest.ini plugin -> both
+  rounds rejected with the reason recorded, [0, 0];
 - intervals: rollout A "fixes" it by also merging intervals one apart, which breaks a
   PASS_TO_PASS test -> never resolved; rollout B attacks the sandbox through ``bash`` and then
   runs out of its step budget;
@@ -18,6 +20,8 @@ import json
 
 import pytest
 import verifiers.v1 as vf
+from stepwise_swe_bench.grading import hidden_lines
+from stepwise_swe_bench.instances import load_instances
 
 from verifiers_stepwise import get_estimator, read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
@@ -47,6 +51,19 @@ SOLVE = [
     ),
     call("submit", summary="compare parsed versions"),
     "latest() now compares parsed versions.",
+]
+PASS_ALL = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+)
+CHEAT = [
+    call("create", path="conftest.py", content=PASS_ALL),
+    call("submit"),
+    "Every test passes now.",
+    call("bash", command="rm conftest.py && printf '[pytest]\\naddopts = -p passall\\n' > pytest.ini"),
+    call("create", path="passall.py", content=PASS_ALL),
+    call("submit"),
+    "Done.",
 ]
 BREAK_PASS_TO_PASS = [
     call("edit", path="intervals/core.py", old="start < merged[-1][1]", new="start <= merged[-1][1] + 1"),
@@ -97,7 +114,7 @@ def play(outside, port: int, home) -> list[list]:
     """Run vf-eval; the episodes of each of TASKS."""
     script = scripted(
         {
-            "semverlite": SOLVE,
+            "semverlite": PerRollout(SOLVE, CHEAT),
             "stepwise-fixtures/intervals": PerRollout(BREAK_PASS_TO_PASS, attacks(str(outside), port)),
             "stepwise-fixtures/slugs": PerRollout(TWO_ROUNDS, GIVE_UP),
         }
@@ -133,17 +150,33 @@ def by_rollout(group, marker: str) -> tuple[vf.Trace, vf.Trace]:
 
 
 def test_a_model_that_fixes_the_bug_is_resolved_with_reward_1(run):
-    semver = run["groups"][0]
-    for episode, trace in zip(semver, traces(semver)):
-        assert episode.ok and trace.ok, trace.errors
-        assert trace.info["turn_rewards"] == [1.0] and read_turns(trace).rewards == [1.0]
-        assert trace.rewards["resolved"].score == 1.0
-        (round_,) = trace.info["swe_bench"]["rounds"]
-        assert round_["status"] == "RESOLVED_FULL" and round_["submitted"]
-        assert "key=Version.parse" in round_["patch"]
-        # One turn: every sampled node of the tool loop belongs to it.
-        sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
-        assert trace.info["turn_nodes"] == [sampled] and len(sampled) == 4
+    trace, _ = by_rollout(run["groups"][0], "key=Version.parse")
+    assert trace.ok, trace.errors
+    assert trace.info["turn_rewards"] == [1.0] and read_turns(trace).rewards == [1.0]
+    assert trace.rewards["resolved"].score == 1.0
+    (round_,) = trace.info["swe_bench"]["rounds"]
+    assert round_["status"] == "RESOLVED_FULL" and round_["submitted"] and round_["rejected"] is None
+    assert "key=Version.parse" in round_["patch"]
+    # One turn: every sampled node of the tool loop belongs to it.
+    sampled = [i for i, node in enumerate(trace.nodes) if node.sampled]
+    assert trace.info["turn_nodes"] == [sampled] and len(sampled) == 4
+
+
+def test_changing_the_test_machinery_scores_0_with_the_reason(run):
+    """A conftest.py that marks every test passed got reward 1 when grading ran in the model's
+    repository; now the diff is rejected before any test runs, each round, with the reason."""
+    cheat, _ = by_rollout(run["groups"][0], "pytest_runtest_makereport")
+    assert cheat.ok, cheat.errors
+    assert cheat.info["turn_rewards"] == [0.0, 0.0] and cheat.rewards["resolved"].score == 0.0
+    first, second = cheat.info["swe_bench"]["rounds"]
+    assert "conftest.py is a pytest conftest.py" in first["rejected"]
+    assert "pytest.ini is a pytest configuration file" in second["rejected"]
+    assert not first["resolved"] and not second["resolved"]
+    feedback = [m.content for m in cheat.messages if m.role == "user"][1]
+    assert "was not graded" in feedback and "conftest.py" in feedback
+    # No line of the hidden tests reached the model.
+    (instance,) = load_instances(instance_ids=[TASKS[0]])
+    assert not [line for line in hidden_lines(instance.test_patch) if line in str(cheat.messages)]
 
 
 def test_breaking_a_pass_to_pass_test_is_not_resolved(run):
@@ -151,6 +184,7 @@ def test_breaking_a_pass_to_pass_test_is_not_resolved(run):
     assert broken.ok and broken.info["turn_rewards"] == [0.0, 0.0]
     assert broken.rewards["resolved"].score == 0.0
     first, second = broken.info["swe_bench"]["rounds"]
+    assert first["rejected"] is None and first["log_parsed"], first
     assert first["fail_to_pass"]["failure"] == []
     assert first["pass_to_pass"]["failure"] == ["tests/test_core.py::test_merge_disjoint"]
     # The failing test and the log went back to the model as the next round's message.

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.fixtures import materialize
+from stepwise_swe_bench.fixtures import base_checkout, materialize
 from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
@@ -20,11 +20,17 @@ def workspace(tmp_path: Path, instance_id: str) -> tuple[SweInstance, BwrapSandb
     instance = INSTANCES[instance_id]
     repo = tmp_path / "repo"
     materialize(instance, repo)
-    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30))
+    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30), base=base_checkout(instance))
 
 
 def graded(instance: SweInstance, sandbox: BwrapSandbox, timeout_s: float = 60):
-    return asyncio.run(grade(instance, sandbox, timeout_s=timeout_s, kept_log_bytes=1 << 20))
+    """One round as the environment grades it: the repository's diff on a fresh checkout."""
+
+    async def round_():
+        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
+        return await grade(instance, sandbox, patch, timeout_s=timeout_s, kept_log_bytes=1 << 20)
+
+    return asyncio.run(round_())
 
 
 def sh(sandbox: BwrapSandbox, command: str, stdin: bytes | None = None):
@@ -52,7 +58,7 @@ def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instanc
     assert (after.status, after.resolved) == ("RESOLVED_FULL", True)
     assert round_reward(after, "resolved") == round_reward(after, "partial") == 1.0
     # Grading ran on a copy: the model's repository holds only the fix, never the hidden tests.
-    assert asyncio.run(model_patch(sandbox, instance.base_commit)).strip() == instance.patch.strip()
+    assert asyncio.run(model_patch(sandbox, instance.base_commit, timeout_s=60)).strip() == instance.patch.strip()
 
 
 def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -304,3 +305,56 @@ def test_the_running_interpreter_prefixes_are_known_without_starting_it():
     expected = tuple(dict.fromkeys(p for p in resolved if not p.is_relative_to("/usr")))
     with mock.patch.object(module.subprocess, "run", side_effect=AssertionError("started a subprocess")):
         assert module._python_prefixes.__wrapped__(Path(sys.executable)) == expected
+
+
+def test_dev_shm_is_private_and_bounded(repo: Path):
+    """bwrap's own /dev is an unbounded tmpfs; /dev/shm gets a size-limited one."""
+    sandbox = BwrapSandbox(repo, SandboxLimits(shm_mb=8))
+    result = run(sandbox, "head -c 20M /dev/zero > /dev/shm/fill; echo rc=$?; du -sm /dev/shm | cut -f1")
+    assert "No space left on device" in result.output and "rc=1" in result.output
+    assert result.output.split()[-1] == "8"
+    still_usable(sandbox)
+
+
+def test_the_privilege_drop_is_by_absolute_path(sandbox: BwrapSandbox):
+    """A ``setpriv`` earlier on the sandbox's PATH (the test environment's bin comes first) is
+    never the one that drops privileges."""
+    with sandbox.command("true", []) as cmd:
+        inner = cmd.argv[cmd.argv.index("--") + 1 :]
+    if sandbox.privileged:
+        assert inner[0] == "/usr/bin/setpriv"
+    assert "setpriv" not in inner[1:] and inner[inner.index("/bin/bash") :][:2] == ["/bin/bash", "-c"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ordinary users' sandboxes all run as that user")
+def test_live_repositories_never_share_a_uid(tmp_path: Path):
+    """Uids were crc32(path) % 2^20: two of 256 concurrent episodes collided with probability
+    ~0.03, and then one's fork bomb starved the other. Two paths that collide get two uids."""
+    import hashlib
+    import zlib
+
+    from stepwise_swe_bench.sandbox import UID_BASE, _uid_claims, remove_tree
+
+    seen: dict[int, Path] = {}
+    for i in range(100_000):  # names with random bits: CRC32 is affine, so r0, r1, ... may never collide
+        path = (tmp_path / hashlib.sha256(str(i).encode()).hexdigest()[:16]).resolve()
+        bucket = zlib.crc32(str(path).encode()) % UID_BASE
+        if bucket in seen:
+            first, second = seen[bucket], path
+            break
+        seen[bucket] = path
+    for path in (first, second):
+        path.mkdir()
+        hand_over(path)
+    (uid_a, _), (uid_b, _) = sandbox_identity(first), sandbox_identity(second)
+    assert uid_a == UID_BASE + bucket and uid_b != uid_a
+    assert (first.stat().st_uid, second.stat().st_uid) == (uid_a, uid_b)
+    assert BwrapSandbox(second).uid == uid_b  # another process (the tool server) finds the same uid
+    # Removing a tree gives its uid back; a claim whose repository vanished is taken over.
+    remove_tree(second)
+    assert not (_uid_claims() / str(uid_b)).exists()
+    subprocess.run(["rm", "-rf", str(first), str(first.parent / f".{first.name}.uid")], check=True)
+    second.mkdir()
+    hand_over(second)
+    assert sandbox_identity(second)[0] == uid_a
+    remove_tree(second)

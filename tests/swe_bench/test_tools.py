@@ -90,3 +90,23 @@ def test_the_record_stays_bounded():
         state.record({"tool": "bash", "input": str(i)})
     assert len(state.records) == MAX_RECORDS
     assert state.records[0]["input"] == "0" and state.records[-1]["input"] == str(MAX_RECORDS + 49)
+
+
+def test_a_path_that_looks_like_an_option_is_a_path(sandbox: BwrapSandbox, repo: Path):
+    """``view -delete`` once ran ``find -delete`` and wiped the working tree."""
+    (repo / "-delete").mkdir()
+    (repo / "-delete" / "inside.txt").write_text("x\n")
+    hand_over(repo)
+    listing = text(view_path(sandbox, "-delete", 1, None, 1000))
+    assert "./-delete/inside.txt" in listing
+    assert (repo / "hello.txt").read_text() == "hello\n" and (repo / "-delete" / "inside.txt").exists()
+
+
+def test_terminal_escapes_and_nuls_never_reach_the_model(sandbox: BwrapSandbox, repo: Path):
+    shown, result = asyncio.run(run_command(sandbox, r"printf '\033[2J\033]0;owned\007red\000\n'", 1000))
+    assert "\x1b" in result.output and "\x00" in result.output  # the exact output is kept ...
+    assert shown.startswith("red\n") and not {"\x1b", "\x00", "\x07"} & set(shown)  # ... not shown
+    assert not {"\x1b", "\x00"} & set(result.record()["output"])
+    (repo / "esc.txt").write_bytes(b"a\x1b[31mb\x00c\n")
+    hand_over(repo)
+    assert text(view_path(sandbox, "esc.txt", 1, None, 1000)) == "     1  abc\n"

@@ -282,8 +282,9 @@ def _advantages(args: argparse.Namespace) -> int:
     output = None
     if not args.no_output:
         output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-        if any(output.resolve() == p.resolve() for p in paths):
-            raise CommandError(f"{output}: the per-turn output would overwrite an input file")
+        _check_output(output, paths)
+    if args.plot is not None:
+        _check_output(args.plot, paths)
 
     try:
         collected = _read(paths, args)
@@ -291,11 +292,7 @@ def _advantages(args: argparse.Namespace) -> int:
         hint = "(--skip-bad skips bad lines and traces and counts them)"
         raise CommandError(f"{e}\n{hint}") from None
     if not collected.lengths:
-        skipped = sum(collected.skipped.values())
-        raise CommandError(
-            f"no scorable trajectories in {', '.join(map(str, paths))}"
-            + (f" ({skipped} bad lines or traces skipped)" if skipped else "")
-        )
+        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
     grouped = collected.grouped()
     batch = grouped.batch
     try:  # e.g. returns that overflow float64
@@ -316,6 +313,34 @@ def _advantages(args: argparse.Namespace) -> int:
     else:
         render(_console(), report)
     return 0
+
+
+def _check_output(output: Path, inputs: list[Path]) -> None:
+    """Before anything is read: ``output`` can be written where it is, and is none of the
+    inputs under another name (the same path, a symlink or a hard link to one)."""
+    parent = output.resolve().parent
+    if not parent.is_dir():
+        raise CommandError(f"{output}: cannot write there, {parent} is not a directory")
+    if not output.exists():
+        return
+    target = output.stat()
+    for path in inputs:
+        if path.exists() and (path.stat().st_dev, path.stat().st_ino) == (target.st_dev, target.st_ino):
+            raise CommandError(f"{output}: would overwrite the input file {path} (the same file under another name)")
+
+
+def _why_none(collected: Any) -> str:
+    """Why no trajectory could be scored, from the reading's accounting."""
+    counts, skipped = collected.counts, sum(collected.skipped.values())
+    reasons = [
+        f"{counts['errored']} errored (trace.ok or episode.ok false)" if counts["errored"] else "",
+        f"{counts['not_trainable']} not trainable" if counts["not_trainable"] else "",
+        f"{skipped} bad lines or traces skipped" if skipped else "",
+    ]
+    reasons = [r for r in reasons if r]
+    if not counts["traces"] and not skipped:
+        return ": the files hold no traces"
+    return f": of {counts['traces']} traces, " + ", ".join(reasons) if reasons else ""
 
 
 def _traces_file(path: Path) -> Path:

@@ -15,10 +15,17 @@ lose their reasoning (``reasoning_content``/``reasoning_details`` and ``<think>�
 text) before the model sees them; the current turn, tool loop included, keeps its own. The
 graph then forks at the first rewritten message, so each turn ends on its own branch.
 
-Model errors: HTTP 429/5xx answers, broken streams and transport errors are retried
+Model errors: HTTP 408/5xx answers, broken streams and transport errors are retried
 (``max_retries``, exponential ``retry_backoff``) with the ``x-stainless-retry-count`` header the
-interception server's replay guard keys on; anything else ends the segment, and the rollout
-records the interception's own account of the failure.
+interception server's replay guard keys on; a 429 is retried after its ``Retry-After`` (or the
+back-off) for as long as the call's deadline allows; any other 4xx ends the segment at once, and
+the rollout records the interception's own account of the failure, status and message.
+
+Deadlines: a model call ends at ``call_timeout`` (every attempt and wait included) and no call
+runs past the rollout's ``episode_timeout``, however many keepalives arrive: the interception
+server keeps a slow stream alive with one every 3 s, so ``request_timeout`` (per read) never
+fires on it. A call past its deadline raises ``ModelCallError`` (status 408), which the rollout
+records as its error; earlier turns keep what they recorded and the run goes on.
 
 Runs on verifiers 0.3.1, a60a606 and 0.4.x; MCP tool servers need 0.4.x
 (``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``,
@@ -30,8 +37,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import re
 import ssl
+import time
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -62,31 +71,54 @@ class StepwiseChatConfig(vf.HarnessConfig):
     exclude_think: bool = False
     """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
     max_retries: int = Field(2, ge=0)
-    """Retries of a model call answered with 429/5xx, a broken stream or a transport error."""
+    """Retries of a model call answered with 408/5xx, a broken stream or a transport error. A
+    429 (rate limit) is retried until ``call_timeout``, after its ``Retry-After`` when given."""
     retry_backoff: float = Field(0.5, ge=0)
     """Seconds before the first retry; doubled for each further one, at most 8 s."""
     request_timeout: float | None = Field(None, gt=0)
-    """Seconds one model call may take (None: bounded only by the rollout's own timeout)."""
+    """Seconds httpx waits for each read of a model call (None: no read timeout). The
+    interception server's keepalives reset it, so it cannot end a call: ``call_timeout`` does."""
+    call_timeout: float | None = Field(600.0, gt=0)
+    """Seconds one model call may take in total: every attempt and every wait between them,
+    whatever keepalives arrive meanwhile (None: unbounded). Past it the call is the turn's error."""
+    episode_timeout: float | None = Field(None, gt=0)
+    """Seconds from the rollout's start after which no model call may still run (None: unbounded)."""
 
 
 class ModelCallError(RuntimeError):
     """The interception endpoint refused or failed a model call."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, status_code: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.retry_after = retry_after
+        """Seconds the endpoint asked to wait (its ``Retry-After`` header), if it said."""
 
     @property
     def retryable(self) -> bool:
-        return self.status_code is None or self.status_code == 429 or self.status_code >= 500
+        """Transport-level failures, 408, 429 and 5xx; any other 4xx would fail again."""
+        return self.status_code is None or self.status_code in (408, 429) or self.status_code >= 500
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """A ``Retry-After`` in seconds (the HTTP-date form is not used by model servers)."""
+    try:
+        return max(0.0, float(headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None
 
 
 def strip_think(message: vf.AssistantMessage) -> vf.AssistantMessage:
     """The message without its reasoning: reasoning fields dropped, ``<think>…</think>``
     blocks removed from the text (and an unclosed trailing ``<think>…``, and everything up to
-    a lone ``</think>``, whose opening tag was in the prompt template)."""
+    a lone ``</think>``, whose opening tag was in the prompt template). A message with no
+    reasoning at all is returned as it is (not even its whitespace changes), so the trace's
+    branch does not fork at it."""
     content = message.content
-    if content is not None:
+    has_tags = content is not None and ("<think>" in content or "</think>" in content)
+    if not has_tags and message.reasoning_content is None and message.provider_state is None:
+        return message
+    if has_tags:
         content = _THINK_BLOCK.sub("", content)
         if "</think>" in content:
             content = content.rsplit("</think>", 1)[1]
@@ -233,33 +265,67 @@ class ChatSession(vf.HarnessSession):
         return [message_to_wire(m) for m in context]
 
     async def _complete(self, conversation: list[dict]) -> vf.Response:
+        """One model call, retries included, within its deadline (``_deadline``)."""
         body: dict[str, Any] = {"model": self.ctx.model, "messages": conversation}
         if self._tools:
             body["tools"] = self._tools
         if self.config.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True}}
-        attempt = 0
+        deadline, what = self._deadline()
+        if deadline <= time.time():
+            raise ModelCallError(f"no model call may start: the {what} has passed", 408)
+        try:
+            async with asyncio.timeout(deadline - time.time()) as limit:
+                return await self._attempts(body, deadline)
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            raise ModelCallError(f"the model call ran past the {what}", 408) from None
+
+    def _deadline(self) -> tuple[float, str]:
+        """When the current model call must be over (wall clock), and which limit that is."""
+        limits = [(math.inf, "no deadline")]
+        if self.config.call_timeout is not None:
+            limits.append((time.time() + self.config.call_timeout, f"call_timeout of {self.config.call_timeout:g} s"))
+        if self.config.episode_timeout is not None:
+            end = self.trace.timing.start + self.config.episode_timeout
+            limits.append((end, f"episode_timeout of {self.config.episode_timeout:g} s"))
+        return min(limits)
+
+    async def _attempts(self, body: dict, deadline: float) -> vf.Response:
+        """Send ``body`` until it is answered: a 429 until the deadline (waiting its
+        ``Retry-After``, or the back-off), other retryable failures ``max_retries`` times."""
+        attempt = failures = 0
         while True:
             headers = {"Authorization": f"Bearer {self.secret}"}
             if attempt:
                 headers[RETRY_COUNT_HEADER] = str(attempt)
+            wait = min(MAX_BACKOFF, self.config.retry_backoff * 2**failures)
             try:
                 if self.config.stream:
                     return await self._streamed(body, headers)
                 return await self._posted(body, headers)
             except ModelCallError as error:
-                if not error.retryable or attempt == self.config.max_retries:
+                if error.status_code == 429:
+                    wait = wait if error.retry_after is None else error.retry_after
+                    if time.time() + wait >= deadline:
+                        message = f"{error} (rate limited: waiting {wait:g} s would pass the deadline)"
+                        raise ModelCallError(message, 429) from error
+                elif not error.retryable or failures == self.config.max_retries:
                     raise
+                else:
+                    failures += 1
             except httpx.TransportError:
-                if attempt == self.config.max_retries:
+                if failures == self.config.max_retries:
                     raise
-            await asyncio.sleep(min(MAX_BACKOFF, self.config.retry_backoff * 2**attempt))
+                failures += 1
+            await asyncio.sleep(wait)
             attempt += 1
 
     async def _posted(self, body: dict, headers: dict[str, str]) -> vf.Response:
         response = await self._client.post(f"{self.endpoint}/chat/completions", json=body, headers=headers)
         if response.status_code >= 400:
-            raise ModelCallError(_error_text(response.content), response.status_code)
+            raise ModelCallError(_error_text(response.content), response.status_code, _retry_after(response.headers))
         try:
             return _DIALECT.parse_response(_DIALECT.validate_response(response.json()))
         except ValueError as error:
@@ -271,7 +337,8 @@ class ChatSession(vf.HarnessSession):
             "POST", f"{self.endpoint}/chat/completions", json=body, headers=headers
         ) as response:
             if response.status_code >= 400:
-                raise ModelCallError(_error_text(await response.aread()), response.status_code)
+                text = _error_text(await response.aread())
+                raise ModelCallError(text, response.status_code, _retry_after(response.headers))
             event: list[str] = []
             async for line in response.aiter_lines():
                 if line:

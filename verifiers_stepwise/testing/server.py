@@ -13,11 +13,13 @@ Replies come from a script: a function from the request (:class:`ChatCall`) to a
 recognised by its first user message, and its k-th model call (k = assistant messages already
 in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
 prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout.
-A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``timeout`` (no
-answer until the server stops or ``hang_seconds`` pass), ``malformed_json`` (a body or SSE event
-that is not JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on
-the first n requests of its call and then the call is answered normally, which is how retries
-are exercised.
+A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``http_400`` (a
+request error, not worth retrying), ``http_429`` (rate limited, with ``Retry-After:
+retry_after``), ``timeout`` (no answer until the server stops or ``hang_seconds`` pass),
+``no_done`` (a stream that sends every chunk, then only SSE keepalive comments, never ``data:
+[DONE]``, until ``hang_seconds`` pass), ``malformed_json`` (a body or SSE event that is not
+JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
+requests of its call and then the call is answered normally, which is how retries are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
@@ -66,7 +68,7 @@ __all__ = [
     "spawned",
 ]
 
-Fault = Literal["http_500", "timeout", "malformed_json", "empty"]
+Fault = Literal["http_500", "http_400", "http_429", "timeout", "no_done", "malformed_json", "empty"]
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,12 @@ class ModelServer:
         model: str = "scripted-model",
         hang_seconds: float = 60.0,
         port: int = 0,
+        retry_after: float = 1.0,
     ) -> None:
         self.script = script or (lambda call: "ok")
         self.model = model
         self.hang_seconds = hang_seconds
+        self.retry_after = retry_after
         self.requests: list[RecordedRequest] = []
         self.port = port
         """The port asked for (0: one the OS picks); after ``start()``, the port served."""
@@ -276,6 +280,12 @@ class ModelServer:
         fault = self._fault(call, reply)
         if fault == "http_500":
             return _error(500, "scripted fault: internal server error")
+        if fault == "http_400":
+            return _error(400, "scripted fault: the request exceeds the maximum context length")
+        if fault == "http_429":
+            response = _error(429, "scripted fault: rate limited")
+            response.headers["Retry-After"] = f"{self.retry_after:g}"
+            return response
         if fault == "timeout":
             try:
                 await asyncio.wait_for(self._closing.wait(), self.hang_seconds)
@@ -298,9 +308,20 @@ class ModelServer:
         await response.prepare(request)
         for chunk in _chunks(completion, include_usage):
             await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if fault == "no_done":
+            await self._keep_alive(response)
+            return response
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _keep_alive(self, response: web.StreamResponse) -> None:
+        """SSE comments every 0.1 s, and never the end of the stream, for ``hang_seconds``."""
+        end = time.monotonic() + self.hang_seconds
+        with contextlib.suppress(ConnectionError):
+            while time.monotonic() < end and not self._closing.is_set():
+                await response.write(b": keepalive\n\n")
+                await asyncio.sleep(0.1)
 
     def _record(self, request: web.Request, body: dict | None) -> None:
         with self._lock:

@@ -334,9 +334,15 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
                 f"Per-turn scores with None for unscored turns (prime-rl PR #3282's reading) belong "
                 f"under {TURN_SCORES}, or read these traces with turn_rewards='scores'"
             )
-        if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(r):
-            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {r!r} is not a finite number")
-        rewards.append(float(r))
+        try:  # an int past float64's range (JSON allows 400 digits) overflows here
+            value = float(r) if isinstance(r, numbers.Real) and not isinstance(r, bool) else math.nan
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            huge = type(r) is int and len(str(r)) > 20
+            shown = f"{str(r)[:20]}... ({len(str(r))} digits)" if huge else repr(r)
+            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {shown} is not a finite number")
+        rewards.append(value)
     return rewards
 
 

@@ -93,8 +93,9 @@ class DapoMathTasksetConfig(vf.TasksetConfig):
     """Column holding the ground truth. Default: ``reward_model.ground_truth``, ``answer``,
     ``ground_truth``, ``final_answer``."""
     offline_fallback: bool = True
-    """When the hub cannot be reached (offline mode, no network) and the dataset is not in the
-    local cache, load the bundled set with a warning instead of failing."""
+    """When the hub cannot be reached (offline mode, no network) and the *default* dataset is not
+    in the local cache, load the bundled set (its ``train`` split) with a warning on stderr
+    instead of failing. A dataset named with ``dataset`` is never replaced: that is an error."""
     dedupe: bool = True
     """Keep the first row of each problem id (DAPO-Math-17k repeats each problem ~100 times)."""
     shuffle: bool = False

@@ -13,8 +13,8 @@ columns. Bad rows raise :class:`DatasetError` naming the source, the row and the
 from __future__ import annotations
 
 import json
-import logging
 import random
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +38,6 @@ __all__ = [
     "to_problem",
 ]
 
-logger = logging.getLogger(__name__)
 
 BUNDLED = "bundled"
 BUNDLED_PATH = Path(__file__).parent / "data" / "offline.jsonl"
@@ -95,16 +94,7 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
             rows = hub_rows(repo, config.subset, config.split or preset.split)
             origin, file_split = f"hf:{repo}", None
         except ConnectionError as error:
-            if not config.offline_fallback:
-                raise
-            logger.warning(
-                "cannot reach %s on the Hugging Face hub (%s); using the bundled offline set "
-                "(%s) instead — set offline_fallback=false to fail instead",
-                repo,
-                error,
-                BUNDLED_PATH.name,
-            )
-            rows, origin, file_split = read_file(BUNDLED_PATH), BUNDLED, None
+            rows, origin, file_split = _offline(config, repo, error), BUNDLED, config.split or preset.split
     problems = (
         to_problem(row, number, origin, config.problem_key, config.answer_key) for number, row in enumerate(rows)
     )
@@ -116,6 +106,24 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
         seed=config.seed,
         limit=config.limit,
     )
+
+
+def _offline(config: DapoMathTasksetConfig, repo: str, error: ConnectionError) -> Iterator[Mapping[str, Any]]:
+    """The bundled set in place of an unreachable hub dataset, only for the default dataset and
+    with a warning on stderr (a logger may have no handler); a dataset the user named is never
+    replaced: that is an error saying how to run on the bundled set."""
+    if "dataset" in config.model_fields_set or not config.offline_fallback:
+        raise DatasetError(
+            f"cannot load the dataset {config.dataset!r} ({repo}) from the Hugging Face hub: {error}. "
+            f"To run offline on the bundled problems instead, pass --env.taskset.dataset {BUNDLED}"
+        ) from error
+    warnings.warn(
+        f"cannot reach {repo} on the Hugging Face hub ({error}); running on the bundled offline set "
+        f"({BUNDLED_PATH.name}) instead. Pass --env.taskset.dataset {BUNDLED} to choose it, or "
+        "--env.taskset.offline-fallback false to fail instead",
+        stacklevel=3,
+    )
+    return read_file(BUNDLED_PATH)
 
 
 def select(

@@ -52,20 +52,32 @@ class SymbolicChecker:
         self.timeout_s = timeout_s
         self._pool: Any = None
         self._lock = threading.Lock()
+        self.restarts = 0
+        """How many times a pool that stopped working was replaced."""
 
     def check(self, answer: str, gold: str) -> SymbolicResult:
-        """Blocking check of ``answer`` against ``gold``; at most ``timeout_s`` of worker time."""
+        """Blocking check of ``answer`` against ``gold``; at most ``timeout_s`` of worker time.
+        A pool that broke is restarted and the check tried once more; what went wrong stays
+        on the result (``error``)."""
         exact = _integer_decision(answer, gold)
         if exact is not None:
             return SymbolicResult(exact)
-        return _result(self._schedule(answer, gold))
+        first = _result(self._schedule(answer, gold))
+        return first if first.error is None else _retried(first, _result(self._schedule(answer, gold)))
 
     async def acheck(self, answer: str, gold: str) -> SymbolicResult:
         """:meth:`check` without blocking the event loop."""
         exact = _integer_decision(answer, gold)
         if exact is not None:
             return SymbolicResult(exact)
-        future = self._schedule(answer, gold)
+        first = await self._acheck_once(answer, gold)
+        return first if first.error is None else _retried(first, await self._acheck_once(answer, gold))
+
+    async def _acheck_once(self, answer: str, gold: str) -> SymbolicResult:
+        try:
+            future = self._schedule(answer, gold)
+        except RuntimeError as error:  # the pool could not take the check
+            return SymbolicResult(False, error=f"{type(error).__name__}: {error}")
         try:
             await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -84,6 +96,9 @@ class SymbolicChecker:
 
     def _schedule(self, answer: str, gold: str) -> Any:
         with self._lock:
+            if self._pool is not None and not self._pool.active:  # broken or stopped: replace it
+                self._pool.stop()
+                self._pool, self.restarts = None, self.restarts + 1
             if self._pool is None:
                 from pebble import ProcessPool
 
@@ -127,6 +142,13 @@ def _result(future: Any) -> SymbolicResult:
         return SymbolicResult(False, timed_out=True)
     except Exception as error:  # a crashed worker is this answer's failure, not the run's
         return SymbolicResult(False, error=f"{type(error).__name__}: {error}")
+
+
+def _retried(first: SymbolicResult, second: SymbolicResult) -> SymbolicResult:
+    """The second try's verdict, keeping the first failure on record."""
+    if second.error is None:
+        return SymbolicResult(second.correct, second.timed_out, f"{first.error} (retried: succeeded)")
+    return SymbolicResult(False, second.timed_out, f"{first.error}; retried: {second.error}")
 
 
 def _warm_up() -> None:

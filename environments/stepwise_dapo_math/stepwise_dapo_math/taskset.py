@@ -16,6 +16,7 @@ Scored on the trace's last reply; the multi-turn env scores every turn with the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -65,6 +66,9 @@ class TurnScore:
     timed_out: bool = False
     error: str | None = None
     """A math-verify worker failure (the answer then counts as wrong)."""
+    echoed: bool = False
+    """The extracted answer is the prompt's own ``Answer: ...`` text (its template, echoed
+    back), so it does not count for ``has_answer``."""
     rewards: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -80,20 +84,22 @@ class TurnScore:
 
     def record(self, node: int | None) -> dict:
         """This score as kept in ``trace.info["dapo_turns"]``, for the reply at ``node``."""
-        return {
+        record = {
             "node": node,
             "extracted": self.extracted,
             "correct": self.correct,
             "rewards": self.rewards,
             "metrics": self.metrics,
         }
+        return record | ({"verify_error": self.error} if self.error is not None else {})
 
     @property
     def metrics(self) -> dict[str, float]:
         metrics = {
             "accuracy": float(self.correct),
-            "has_answer": float(self.extracted is not None),
+            "has_answer": float(self.extracted is not None and not self.echoed),
             "verify_timeout": float(self.timed_out),
+            "verify_error": float(self.error is not None),
         }
         if self.length is not None:
             metrics["response_tokens"] = float(self.length)
@@ -129,7 +135,21 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
                 result = await checker.acheck(extracted, self.data.answer)
                 correct, timed_out, error = result.correct, result.timed_out, result.error
         reward = config.correct_reward if correct else config.incorrect_reward
-        return TurnScore(correct, extracted, reward, overlong, length, timed_out, error)
+        echoed = extracted is not None and self._in_prompt_answer(extracted)
+        return TurnScore(correct, extracted, reward, overlong, length, timed_out, error, echoed)
+
+    def _in_prompt_answer(self, extracted: str) -> bool:
+        """Whether the answer starts like one the prompt itself gives after ``Answer:`` (DAPO's
+        template: ``Answer: $Answer (without quotes) where $Answer is ...``): echoed, not answered."""
+        head = extracted.split(maxsplit=1)[0] if extracted.strip() else extracted
+        return head in self._prompt_answer_heads
+
+    @cached_property
+    def _prompt_answer_heads(self) -> frozenset[str]:
+        """The first word after each ``Answer:`` in the prompt (a closing quote or period too)."""
+        prompt = self.data.prompt
+        text = prompt if isinstance(prompt, str) else " ".join(str(getattr(m, "content", m)) for m in prompt or [])
+        return frozenset(re.findall(r"Answer\s*[:：]\s*(\S+)", text, re.IGNORECASE))
 
     @vf.reward
     async def dapo(self, trace: vf.Trace) -> dict[str, float]:

@@ -55,11 +55,11 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
                 f"instance {instance.instance_id!r} runs in the image {instance.image!r}; "
                 "use a container runtime (--env.agent.runtime.type docker)"
             )
-        from .fixtures import materialize
+        from .fixtures import base_checkout, materialize
 
         def local() -> BwrapSandbox:
             materialize(instance, repo)
-            return BwrapSandbox(repo, limits)
+            return BwrapSandbox(repo, limits, base=base_checkout(instance))
 
         repo = Path(runtime.info.id) / "repo"
         # File copies and (once per process) git and a probe sandbox: off the event loop.

@@ -7,15 +7,20 @@ stops reading after ``output_kill_bytes`` (``head -c``; the writer then dies of 
 runaway command never ships more than that out of the container. The command's exit status goes
 to stderr, apart from its output.
 
-Grading runs the instance's eval script in the repository itself, as the official harness does:
-it applies the hidden tests, runs them and restores the test files (``git checkout``).
+Grading never runs in the model's container: there the model is root and could have changed
+anything (site-packages, git, a stash of the hidden tests from an earlier round). ``pristine``
+starts a fresh container from the same image, with the same network policy, where the model's
+diff is applied and the instance's eval script runs, as the official harness does; it is removed
+afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult, OutputBuffer
@@ -103,3 +108,15 @@ class RuntimeSandbox:
             label="grading script",
             limits=grading_limits(self.limits, timeout_s),
         )
+
+    @contextlib.asynccontextmanager
+    async def pristine(self) -> AsyncIterator[RuntimeSandbox]:
+        """A new container from this one's image and configuration, its network cut as the
+        model's is (no framework routes); removed on exit."""
+        fresh = type(self.runtime)(self.runtime.config)
+        try:
+            await fresh.start()
+            await fresh.prepare_execution([])
+            yield RuntimeSandbox(fresh, self.limits, workdir=self.workdir)
+        finally:
+            await fresh.stop()

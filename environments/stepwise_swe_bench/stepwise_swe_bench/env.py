@@ -2,10 +2,11 @@
 
 A round is one environment turn of ``StepwiseMultiTurnEnv``: the model works through its tools
 (``toolset``) until it answers without a tool call (``submit`` tells it to). The environment then
-grades the repository as it is (``grading``), records the round, and either ends the episode
-(resolved, last round, or budget used up) or sends the failing tests and the end of the test log
-as the next round's user message. The round reward is the turn reward, in the per-turn schema
-(``trace.info["turn_rewards"]``), so the stepwise estimator applies unchanged.
+grades the model's diff on a fresh checkout (``grading``), records the round, and either ends the
+episode (resolved, last round, or budget used up) or sends the failing tests and a summary of the
+test log (never the hidden tests) as the next round's user message. The round reward is the turn
+reward, in the per-turn schema (``trace.info["turn_rewards"]``), so the stepwise estimator
+applies unchanged.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from pydantic import Field
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 
-from .grading import RewardMode, feedback, grade, model_patch, round_reward
+from .grading import PatchError, RewardMode, RoundGrade, feedback, grade, model_patch, round_reward
 from .taskset import SWE_INFO, SweBenchTask
 
 __all__ = ["SweBenchEnv", "SweBenchEnvConfig"]
+
+MAX_RECORDED_PATCH = 200_000
+"""Characters of a round's diff kept on the trace (the whole diff is graded)."""
 
 
 class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
@@ -28,7 +32,8 @@ class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
     """Round reward: swebench's resolved verdict (1/0), or partial credit (the share of
     FAIL_TO_PASS tests that pass, 0 if any PASS_TO_PASS test breaks)."""
     feedback_log_chars: int = Field(3000, ge=0)
-    """How much of the end of the test log the model sees after an unresolved round."""
+    """How much of the end of the failure summary (the test log's error lines, without the
+    hidden tests) the model sees after an unresolved round."""
 
 
 class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
@@ -40,18 +45,26 @@ class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
         rounds = trace.info.setdefault(SWE_INFO, {}).setdefault("rounds", [])
         try:
             sandbox = task.sandbox(trace)
-            result = await grade(
-                task.data.instance,
-                sandbox,
-                timeout_s=task.config.grading_timeout_s,
-                kept_log_bytes=task.config.grading_log_bytes,
-            )
-            patch = await model_patch(sandbox, task.data.instance.base_commit)
+            try:
+                patch = await model_patch(
+                    sandbox, task.data.instance.base_commit, timeout_s=task.config.grading_timeout_s
+                )
+            except PatchError as error:  # the model broke its own git repository: its round
+                patch, result = "", RoundGrade("RESOLVED_NO", False, False, rejected=str(error))
+            else:
+                result = await grade(
+                    task.data.instance,
+                    sandbox,
+                    patch,
+                    timeout_s=task.config.grading_timeout_s,
+                    kept_log_bytes=task.config.grading_log_bytes,
+                )
         except Exception as error:  # noqa: BLE001 - the round is lost, the episode is kept
             rounds.append(record | {"resolved": False, "reward": 0.0, "error": repr(error)[:2000]})
             return TurnResult(reward=0.0)
         reward = round_reward(result, self.config.reward)
-        rounds.append(record | {"resolved": result.resolved, "reward": reward, "patch": patch, **result.record()})
+        graded = {"resolved": result.resolved, "reward": reward, "patch": patch[:MAX_RECORDED_PATCH]}
+        rounds.append(record | graded | result.record())
         if result.resolved or turn.last or state.exhausted():
             return TurnResult(reward=reward)
         state.start_round(turn.index + 1)

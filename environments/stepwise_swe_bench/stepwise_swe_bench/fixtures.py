@@ -28,7 +28,7 @@ from .sandbox import hand_over, remove_tree
 if TYPE_CHECKING:
     from .instances import SweInstance
 
-__all__ = ["FIXTURES", "FixtureError", "commit_tree", "fixture_instances", "materialize"]
+__all__ = ["FIXTURES", "FixtureError", "base_checkout", "commit_tree", "fixture_instances", "materialize"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
@@ -104,9 +104,14 @@ def _build_template(instance_id: str, base_commit: str) -> Path:
     return dest
 
 
+def base_checkout(instance: SweInstance) -> Path:
+    """The bundled task's template: a git checkout of its base commit that no sandbox can
+    write (grading copies it, ``BwrapSandbox.pristine``)."""
+    return _template(instance.instance_id, instance.base_commit)
+
+
 def materialize(instance: SweInstance, dest: Path) -> None:
     """Put the bundled task's repository, a git checkout of its base commit, at ``dest``
     (which must not exist) and hand it to the sandbox identity."""
-    template = _template(instance.instance_id, instance.base_commit)
-    shutil.copytree(template, dest, symlinks=True)
+    shutil.copytree(base_checkout(instance), dest, symlinks=True)
     hand_over(dest)

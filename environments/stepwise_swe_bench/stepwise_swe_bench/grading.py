@@ -1,47 +1,96 @@
-"""Grading one round: run the instance's eval script in the sandbox, grade with swebench's rules.
+"""Grading one round: the model's diff, applied to a fresh checkout, graded by swebench's rules.
+
+A round is graded on what the model changed, never on its repository itself: its diff against
+the base commit (``model_patch``) is applied to a fresh copy of the base commit
+(``Sandbox.pristine``: a copy of the trusted template locally, a new container from the image
+in a container runtime), so nothing else the model left behind (untracked caches, git
+configuration, files outside the repository) reaches the tests. A diff that touches the test
+machinery (``machinery``) is rejected before any test runs, with the reason on the round.
 
 The eval script (from the instance, with swebench's exit-code recording added by
-``make_test_spec``) applies the hidden tests and runs FAIL_TO_PASS and PASS_TO_PASS. The log is
-parsed and judged by ``swebench.harness.grading.get_eval_report``, the function the official
-harness uses; nothing here re-decides what passed.
+``make_test_spec``) then applies the hidden tests and runs FAIL_TO_PASS and PASS_TO_PASS. The
+log is parsed and judged by ``swebench.harness.grading.get_eval_report``, the function the
+official harness uses; nothing here re-decides what passed. What goes back to the model is a
+summary (``feedback``): the failing test ids and the error lines of the log, without any line of
+the hidden tests.
 
 Round reward (``reward``):
 
 - ``"resolved"``: 1 if swebench reports the instance resolved (every FAIL_TO_PASS test passes and
   no PASS_TO_PASS test breaks), else 0;
 - ``"partial"``: 1 if resolved; otherwise the share of FAIL_TO_PASS tests that pass, and 0 as soon
-  as any PASS_TO_PASS test breaks or the log cannot be read.
+  as any PASS_TO_PASS test breaks, the log cannot be read or the diff was rejected.
 """
 
 from __future__ import annotations
 
+import base64
+import re
+import shlex
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .instances import SweInstance
-from .output import CommandResult
+from .machinery import check_change, needs_content, parse_raw_diff, touched_paths
+from .output import CommandResult, printable
 from .sandbox import Sandbox
 
-__all__ = ["RewardMode", "RoundGrade", "feedback", "grade", "model_patch", "round_reward"]
+__all__ = [
+    "MAX_PATCH_BYTES",
+    "PatchError",
+    "RewardMode",
+    "RoundGrade",
+    "feedback",
+    "grade",
+    "model_patch",
+    "round_reward",
+]
 
 RewardMode = Literal["resolved", "partial"]
 _NO_TESTS: dict[str, list[str]] = {"success": [], "failure": []}
+MAX_PATCH_BYTES = 8 * 1024 * 1024
+"""Largest diff a round can submit."""
+# git as it runs on the model's repository: none of the repository's hooks, external diff
+# drivers, text conversions or replace refs (which could make the diff differ from the files).
+_GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
+_DIFF = "diff --binary --no-renames --no-ext-diff --no-textconv"
+# What running the code leaves behind, never part of a diff (byte code a model adds on purpose,
+# e.g. with `git add -f`, is still in its index and rejected by ``machinery``).
+_GENERATED = " ".join(
+    f"':(exclude,glob){g}'" for g in ("**/__pycache__/**", "**/*.py[co]", "**/.pytest_cache/**", "**/*.egg-info/**")
+)
+# Log lines a failure summary is made of: pytest's short summary, error and location lines;
+# unittest's and Django's FAIL/ERROR headers, exception lines and frames.
+_SUMMARY_LINE = re.compile(
+    r"^(?:(?:FAILED|ERROR|FAIL)\b|E\s|\S+\.py:\d+: |\s*File \"|[A-Za-z_][\w.]*(?:Error|Exception|Exit)\b)"
+)
+_MIN_HIDDEN_LINE = 8
+"""Hidden-test lines shorter than this (``)``, ``pass``) are too common to filter on."""
+
+
+class PatchError(RuntimeError):
+    """The model's changes could not be read from its repository."""
 
 
 @dataclass(frozen=True)
 class RoundGrade:
-    """swebench's verdict on the repository at the end of a round."""
+    """swebench's verdict on the model's diff at the end of a round."""
 
     status: str
     """``RESOLVED_FULL``, ``RESOLVED_PARTIAL`` or ``RESOLVED_NO`` (swebench's names)."""
     resolved: bool
     log_parsed: bool
-    """False when the tests could not run or their output could not be read."""
+    """False when the tests did not run or their output could not be read."""
     fail_to_pass: dict[str, list[str]] = field(default_factory=lambda: dict(_NO_TESTS))
     pass_to_pass: dict[str, list[str]] = field(default_factory=lambda: dict(_NO_TESTS))
     test_output: str = ""
-    """The test run's output between swebench's markers (or the whole log if they are absent)."""
+    """The test run's output between swebench's markers (or the whole log if they are absent);
+    recorded on the trace, never shown to the model."""
+    failures: str = ""
+    """The summary of the log the model may see: its error lines, hidden-test lines removed."""
+    rejected: str | None = None
+    """Why the diff was not graded (it touches the test machinery, or does not apply)."""
     run: dict[str, Any] = field(default_factory=dict)
     """Record of the grading command (duration, termination, exit code)."""
 
@@ -53,6 +102,7 @@ class RoundGrade:
     def record(self) -> dict[str, Any]:
         record = asdict(self)
         record["test_output"] = self.test_output[-4000:]
+        record["failures"] = self.failures[-4000:]
         return record
 
 
@@ -73,26 +123,101 @@ def _test_section(log: str) -> str:
     return log.split(END_TEST_OUTPUT, 1)[0]
 
 
-async def model_patch(sandbox: Sandbox, base_commit: str, max_bytes: int = 200_000) -> str:
-    """The repository's changes against the base commit, new files included, as a git diff.
-    Staged through a throwaway index in /tmp, so the model's own index is left alone."""
-    result = await sandbox.run(
-        "cp .git/index /tmp/vf-index 2>/dev/null; export GIT_INDEX_FILE=/tmp/vf-index; "
-        "git add --all . >/dev/null 2>&1 && "
-        f"git -c core.fileMode=false diff --cached --binary {base_commit}",
+def hidden_lines(test_patch: str) -> list[str]:
+    """The lines the hidden test patch adds (stripped; the short ones left out)."""
+    added = (
+        line[1:].strip() for line in test_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
     )
-    return result.output[:max_bytes] if result.exit_code == 0 else ""
+    return sorted({line for line in added if len(line) >= _MIN_HIDDEN_LINE})
 
 
-async def grade(instance: SweInstance, sandbox: Sandbox, *, timeout_s: float, kept_log_bytes: int) -> RoundGrade:
-    """Run the hidden tests against the repository's current state and grade them."""
+def failure_summary(test_output: str, hidden: list[str]) -> str:
+    """The log's summary and error lines, without any line containing a hidden-test line and
+    without control characters (terminal escapes, NULs)."""
+    kept = []
+    for line in printable(test_output).splitlines():
+        if _SUMMARY_LINE.match(line) and not any(h in line for h in hidden):
+            kept.append(line.rstrip())
+    return "\n".join(kept)
+
+
+async def model_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float) -> str:
+    """The repository's changes against the base commit, new files included, as a git diff,
+    without build and cache output (``__pycache__``, ``*.pyc``, ``.pytest_cache``,
+    ``*.egg-info``). Staged through a throwaway index in /tmp, so the model's own index is left
+    alone; files the model made unreadable to itself are made readable first (they belong to the
+    diff). Whatever the repository's git configuration makes of it, this text is what is graded."""
+    result = await sandbox.run(
+        "chmod -R u+rwX . 2>/dev/null; "
+        "cp .git/index /tmp/vf-index 2>/dev/null; export GIT_INDEX_FILE=/tmp/vf-index; "
+        f"{_GIT} add --all -- . {_GENERATED} >/dev/null 2>/tmp/vf-err && "
+        f"{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>/tmp/vf-err "
+        "|| { echo; cat /tmp/vf-err; exit 1; }",
+        kept_bytes=MAX_PATCH_BYTES,
+        timeout_s=timeout_s,
+    )
+    if result.exit_code != 0 or result.termination != "exit":
+        raise PatchError(f"git could not read the repository's changes: {printable(result.describe())[-500:]}")
+    if result.truncated:
+        raise PatchError(f"the changes are larger than {MAX_PATCH_BYTES} bytes")
+    return result.output
+
+
+async def _blob(sandbox: Sandbox, revision: str, timeout_s: float) -> bytes:
+    command = f"git show {shlex.quote(revision)} | base64 -w0"
+    shown = await sandbox.run(command, kept_bytes=MAX_PATCH_BYTES, timeout_s=timeout_s)
+    return base64.b64decode(shown.output.strip())
+
+
+async def apply_patch(sandbox: Sandbox, patch: str, instance: SweInstance, *, timeout_s: float) -> str | None:
+    """Apply ``patch`` to the fresh checkout in ``sandbox`` (index and files); why it cannot be
+    graded, or None. The changes are read back with the checkout's own (trusted) git. Each step
+    may take ``timeout_s`` (these are grading's steps, not the model's commands)."""
+    if patch.strip():
+        applied = await sandbox.run(
+            f"{_GIT} apply --binary --whitespace=nowarn - && {_GIT} add --all .",
+            stdin=patch.encode(),
+            timeout_s=timeout_s,
+        )
+        if applied.exit_code != 0 or applied.termination != "exit":
+            return f"the diff does not apply to the base commit: {printable(applied.output).strip()[-500:]}"
+    raw = await sandbox.run(
+        f"{_GIT} diff --cached --raw -z --no-renames HEAD", kept_bytes=MAX_PATCH_BYTES, timeout_s=timeout_s
+    )
+    if raw.exit_code != 0:
+        return f"the applied diff could not be read back: {printable(raw.output).strip()[-500:]}"
+    hidden = touched_paths(instance.test_patch)
+    reasons = []
+    for change in parse_raw_diff(raw.output):
+        before = after = None
+        if needs_content(change):
+            before = None if change.added else await _blob(sandbox, f"HEAD:{change.path}", timeout_s)
+            after = None if change.status == "D" else await _blob(sandbox, f":{change.path}", timeout_s)
+        reason = check_change(change, hidden, before, after)
+        if reason is not None:
+            reasons.append(reason)
+    if reasons:
+        more = f" (and {len(reasons) - 5} more)" if len(reasons) > 5 else ""
+        return "the diff changes the test machinery: " + "; ".join(reasons[:5]) + more
+    return None
+
+
+async def grade(
+    instance: SweInstance, sandbox: Sandbox, patch: str, *, timeout_s: float, kept_log_bytes: int
+) -> RoundGrade:
+    """Apply ``patch`` to a fresh checkout of the base commit, run the hidden tests, grade."""
     from swebench.harness.grading import get_eval_report, get_resolution_status
 
     spec = instance.test_spec()
-    result: CommandResult = await sandbox.evaluate(spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
+    async with sandbox.pristine() as clean:
+        rejected = await apply_patch(clean, patch, instance, timeout_s=timeout_s)
+        if rejected is not None:
+            return RoundGrade("RESOLVED_NO", False, False, rejected=rejected)
+        result: CommandResult = await clean.evaluate(spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
     run = result.record(max_chars=1000)
     test_output = _test_section(result.output)
-    unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, run=run)
+    failures = failure_summary(test_output, hidden_lines(instance.test_patch))
+    unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run)
     if result.termination == "timeout":
         return unparsed
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
@@ -115,14 +240,23 @@ async def grade(instance: SweInstance, sandbox: Sandbox, *, timeout_s: float, ke
         fail_to_pass=status["FAIL_TO_PASS"],
         pass_to_pass=status["PASS_TO_PASS"],
         test_output=test_output,
+        failures=failures,
         run=run,
     )
 
 
 def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_chars: int) -> str:
-    """The user message that opens the next round after an unresolved one."""
+    """The user message that opens the next round after an unresolved one: the verdict, the
+    failing test ids and the end of the failure summary (never the hidden tests)."""
     lines = [f"Round {round_index + 1} was graded: the issue is not resolved yet."]
-    if not grade.log_parsed:
+    if grade.rejected is not None:
+        lines = [
+            f"Round {round_index + 1} was not graded: {grade.rejected}. Your diff against the base "
+            "commit is graded on a fresh checkout; it may change the code, not the tests, conftest.py, "
+            "pytest's configuration, byte code, package metadata, start-up hooks or symbolic links. "
+            "Remove those changes."
+        ]
+    elif not grade.log_parsed:
         lines.append(
             "The tests could not be run or their output could not be read "
             f"({grade.run.get('termination', 'unknown')}, exit code "
@@ -138,9 +272,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
                 "Tests that passed before your change and now fail:\n"
                 + "\n".join(f"- {t}" for t in grade.pass_to_pass["failure"])
             )
-    excerpt = grade.test_output.strip()[-max_log_chars:]
+    excerpt = grade.failures.strip()[-max_log_chars:] if max_log_chars else ""
     if excerpt:
-        lines.append(f"End of the test log:\n```\n{excerpt}\n```")
+        lines.append(f"Errors from the test run:\n```\n{excerpt}\n```")
     lines.append(
         f"Keep working on the repository and call `submit` again when done "
         f"({rounds_left} round{'s' if rounds_left != 1 else ''} left)."

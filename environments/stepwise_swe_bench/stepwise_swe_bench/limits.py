@@ -38,6 +38,8 @@ class SandboxLimits(BaseConfig):
     """RLIMIT_NOFILE."""
     tmp_mb: int = Field(512, gt=0)
     """Size of the private /tmp (a tmpfs; bubblewrap sandbox only)."""
+    shm_mb: int = Field(64, gt=0)
+    """Size of the private /dev/shm (a tmpfs; bubblewrap sandbox only)."""
     output_kept_bytes: int = Field(64 * 1024, gt=0)
     """Output kept for the record: the first and last halves of this many bytes."""
     output_kill_bytes: int = Field(16 * MIB, gt=0)
@@ -50,11 +52,12 @@ def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:
 
 
 def shell_prelude(limits: SandboxLimits) -> str:
-    """What bash runs before every command: enter the directory given as ``$2``, then set the
-    limits. ``ulimit`` units (bash, non-POSIX mode): -t seconds, -v and -f KiB, -u and -n
-    counts. Core dumps are disabled. Exits 125 if either step fails."""
+    """What bash runs before every command: enter the directory given as ``$2`` (given back its
+    owner's permissions first: an earlier ``chmod 000 .`` must not lock every later command
+    out), then set the limits. ``ulimit`` units (bash, non-POSIX mode): -t seconds, -v and -f
+    KiB, -u and -n counts. Core dumps are disabled. Exits 125 if either step fails."""
     return (
-        'cd -- "$2" || exit 125; '
+        'chmod u+rwx -- "$2" 2>/dev/null; cd -- "$2" || exit 125; '
         f"ulimit -H -S -c 0 -t {limits.cpu_s} -v {limits.memory_mb * 1024} "
         f"-f {limits.file_size_mb * 1024} -u {limits.processes} -n {limits.open_files} "
         "|| exit 125"

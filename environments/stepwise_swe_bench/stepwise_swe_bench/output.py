@@ -6,13 +6,24 @@ middle is counted and dropped, so a command printing a gigabyte costs a few KiB 
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["CommandResult", "OutputBuffer", "Termination"]
+__all__ = ["CommandResult", "OutputBuffer", "Termination", "printable"]
 
 Termination = Literal["exit", "timeout", "output_limit"]
+# ANSI escape sequences (OSC, CSI, two-byte ESC forms), then C0/C1 controls other than \t, \n.
+_CONTROL = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal escapes and control characters (tabs and newlines stay):
+    what a model and a record may be shown. ``CommandResult.output`` itself stays exact."""
+    return _CONTROL.sub("", text)
 
 
 class OutputBuffer:
@@ -88,11 +99,11 @@ class CommandResult:
             "timeout": "[killed: the command exceeded its time limit]",
             "output_limit": "[killed: the command produced too much output]",
         }
-        return f"{self.output.rstrip()}\n{notes[self.termination]}".lstrip("\n")
+        return f"{printable(self.output).rstrip()}\n{notes[self.termination]}".lstrip("\n")
 
     def record(self, max_chars: int = 2000) -> dict[str, Any]:
         """A compact, JSON-ready record for the episode (output shortened to its tail)."""
         record = asdict(self)
-        record["output"] = self.output[-max_chars:]
-        record["command"] = self.command[:max_chars]
+        record["output"] = printable(self.output[-max_chars:])
+        record["command"] = printable(self.command[:max_chars])
         return record

@@ -21,9 +21,10 @@ Two ways to get an unprivileged sandboxed process, chosen by who runs this code:
 - root: Linux never applies RLIMIT_NPROC to root, so a fork bomb would be unbounded. Bubblewrap
   runs privileged (no user namespace) and the command drops to an unprivileged host uid/gid
   with ``setpriv`` (all capabilities and the bounding set cleared, no_new_privs) before it
-  starts. Each repository gets its own uid (``sandbox_identity``): RLIMIT_NPROC is counted per
-  uid, so with one shared uid a fork bomb in one episode would starve the commands of every
-  other episode running beside it. The repository is handed to its uid (``hand_over``).
+  starts. Each live repository gets a uid no other one holds (``sandbox_identity``, claimed in
+  a root-only directory): RLIMIT_NPROC is counted per uid, so with a shared uid a fork bomb in
+  one episode would starve the commands of every other episode running beside it. The
+  repository is handed to its uid (``hand_over``).
 
 Verifiers' own ``Runtime`` is the box a rollout lives in; it also hosts trusted framework processes
 (tool servers, the state channel on the interception server at 127.0.0.1) that need the network.
@@ -33,6 +34,7 @@ container is the boundary and ``container.RuntimeSandbox`` runs the commands the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -40,9 +42,10 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -65,13 +68,18 @@ __all__ = [
 WORKDIR = "/testbed"
 """Where the repository appears to commands (as in the official SWE-bench images)."""
 UID_BASE = 1 << 20
-"""As root, sandboxed commands run as uid/gid UID_BASE + (a hash of the repository path mod
-UID_BASE): unprivileged ids no account on the host uses, one per repository."""
+"""As root, sandboxed commands run as a uid/gid in UID_BASE..2*UID_BASE-1 (ids no account on
+the host uses), one per live repository: claimed at first use (``sandbox_identity``, starting
+at a hash of the path), given back when its tree is removed (``remove_tree``)."""
 USERNS_ID = 1000
 """uid/gid inside the user namespace of an ordinary user's sandbox."""
 _INSTALL_HINT = "install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
 # Loader and timezone files most programs need; nothing else of /etc is visible.
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+_SETPRIV = "/usr/bin/setpriv"
+"""util-linux's setpriv, by absolute path (never looked up on the sandbox's PATH)."""
+_CHMOD, _RM = "/bin/chmod", "/bin/rm"
+"""coreutils, by absolute path, for host-side cleanup."""
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ENV = {
     "HOME": "/tmp",
@@ -112,17 +120,84 @@ class Sandbox(Protocol):
         ...
 
     async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
-        """Run a trusted grading script (bash) against the repository's current state,
-        keeping up to ``kept_bytes`` of its log."""
+        """Run a trusted grading script (bash) in ``workdir``, under grading limits, keeping
+        up to ``kept_bytes`` of its log."""
+        ...
+
+    def pristine(self) -> contextlib.AbstractAsyncContextManager[Sandbox]:
+        """A sandbox over a fresh copy of the task repository at its base commit (nothing of
+        this one's), removed on exit: where a round is graded."""
         ...
 
 
 def sandbox_identity(repo: Path) -> tuple[int, int]:
-    """Host (uid, gid) that commands in the sandbox of ``repo`` run as."""
-    if os.geteuid() == 0:
-        uid = UID_BASE + zlib.crc32(str(Path(repo).resolve()).encode()) % UID_BASE
-        return uid, uid
-    return os.geteuid(), os.getegid()
+    """Host (uid, gid) that commands in the sandbox of ``repo`` run as: as root, the uid claimed
+    for ``repo`` (on first use), else this user's."""
+    if os.geteuid() != 0:
+        return os.geteuid(), os.getegid()
+    marker = _uid_marker(repo)
+    try:
+        uid = int(marker.read_text())
+    except FileNotFoundError:
+        uid = _claim_uid(repo)
+        marker.write_text(str(uid))
+    return uid, uid
+
+
+def _uid_marker(repo: Path) -> Path:
+    """Where a repository's uid is kept: beside it, outside what its sandbox can see."""
+    repo = Path(repo).resolve()
+    return repo.parent / f".{repo.name}.uid"
+
+
+@functools.cache
+def _uid_claims() -> Path:
+    """Root's directory of claimed uids, one file per uid naming its repository."""
+    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    claims = base / "stepwise-swe-bench-uids"
+    claims.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(claims)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
+        raise SandboxUnavailable(f"{claims} must be a directory only root can write")
+    return claims
+
+
+def _claim_uid(repo: Path) -> int:
+    """A uid no live repository holds: UID_BASE + the path's hash, or the next free one after
+    it. A claim whose repository is gone (a crashed run) is taken over."""
+    repo = Path(repo).resolve()
+    claims = _uid_claims()
+    start = zlib.crc32(str(repo).encode()) % UID_BASE
+    for k in range(UID_BASE):
+        uid = UID_BASE + (start + k) % UID_BASE
+        claim = claims / str(uid)
+        for _ in range(2):  # once more after removing a stale claim
+            try:
+                fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                holder = Path(claim.read_text(errors="replace") or "/")
+                if holder.exists() or holder == repo:
+                    break
+                claim.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as out:
+                out.write(str(repo))
+            return uid
+    raise SandboxUnavailable(f"no free sandbox uid in {UID_BASE}..{2 * UID_BASE - 1}")
+
+
+def _release_uid(repo: Path) -> None:
+    """Give back ``repo``'s uid (its tree is being removed)."""
+    marker = _uid_marker(repo)
+    try:
+        uid = marker.read_text()
+    except FileNotFoundError:
+        return
+    claim = _uid_claims() / uid
+    with contextlib.suppress(FileNotFoundError):
+        if claim.read_text() == str(Path(repo).resolve()):
+            claim.unlink()
+    marker.unlink(missing_ok=True)
 
 
 def hand_over(path: Path, repo: Path | None = None) -> None:
@@ -139,17 +214,19 @@ def hand_over(path: Path, repo: Path | None = None) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a tree that a command may have made read-only."""
-
-    def retry(function, failed, _exc) -> None:
-        parent = os.path.dirname(failed)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if not os.path.islink(failed) and os.path.isdir(failed):
-            os.chmod(failed, os.stat(failed).st_mode | stat.S_IRWXU)
-        function(failed)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=retry)
+    """Delete a tree a command built: however deep (``shutil.rmtree`` recurses in Python and
+    raises ``RecursionError`` near 1,000 levels), with read-only or unreadable directories
+    (given back their owner's permissions first). coreutils by absolute path; symlinks are
+    removed, never followed; other file systems mounted inside are left alone."""
+    if os.geteuid() == 0:
+        _release_uid(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_symlink():
+        subprocess.run([_CHMOD, "-R", "u+rwX", "--", str(path)], capture_output=True, check=False)
+    done = subprocess.run([_RM, "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"could not remove {path}: {done.stderr.strip()[-500:]}")
 
 
 @functools.cache
@@ -197,6 +274,18 @@ def _python_prefixes(python: Path) -> tuple[Path, ...]:
     return tuple(prefixes)
 
 
+HIDDEN = (Path(__file__).resolve().parent / "fixtures",)
+"""Host directories never visible in a sandbox: the bundled tasks' gold and test patches. A
+regular (wheel) install puts them in site-packages, which the sandbox shows read-only."""
+
+
+def _masked(prefixes: Sequence[Path]) -> tuple[str, ...]:
+    """The ``HIDDEN`` directories inside what the sandbox shows (``/usr``, the top-level system
+    directories, the Python prefixes); each gets an empty read-only tmpfs over it."""
+    shown = [Path("/usr"), *(Path("/") / n for n in _TOP_LEVEL if not (Path("/") / n).is_symlink()), *prefixes]
+    return tuple(str(h) for h in HIDDEN if h.is_dir() and any(h.is_relative_to(p) for p in shown))
+
+
 def _parents(dest: str) -> list[str]:
     """Ancestors of a mount point, outermost first (bwrap would create them 0700 as root)."""
     return [str(p) for p in reversed(PurePosixPath(dest).parents) if str(p) != "/"]
@@ -223,21 +312,26 @@ class BwrapSandbox:
         *,
         python: Path | None = None,
         scratch: Path | None = None,
+        base: Path | None = None,
     ) -> None:
         """``repo``: the host directory bound at ``/testbed``. ``python``: the interpreter whose
         environment is visible read-only and first on PATH (default: this one). ``scratch``:
-        host directory for throwaway grading copies (default: ``repo``'s parent)."""
+        host directory for throwaway grading copies (default: ``repo``'s parent). ``base``: a
+        trusted checkout of the base commit that ``pristine`` copies (None: it cannot grade)."""
         self.repo = Path(repo).resolve()
         if not self.repo.is_dir():
             raise NotADirectoryError(f"sandbox repository {self.repo} is not a directory")
         self.limits = limits or SandboxLimits()
         self.binary, self._options = _bwrap()
         interpreter = Path(python or sys.executable)
+        self.python = interpreter
         self._path = f"{interpreter.parent}:/usr/local/bin:/usr/bin:/bin"
         self.python_prefixes = _python_prefixes(interpreter)
         """Directories of the test environment's Python, visible read-only."""
         self._system = [Bind(p, str(p)) for p in self.python_prefixes]
         self.scratch = Path(scratch or self.repo.parent)
+        self.base = base
+        self._masked = _masked(self.python_prefixes)
         self.privileged = os.geteuid() == 0
         self.uid, self.gid = sandbox_identity(self.repo) if self.privileged else (USERNS_ID, USERNS_ID)
         self._check()
@@ -264,7 +358,7 @@ class BwrapSandbox:
         """bash with the limits applied, in ``chdir``, then ``command``; as root, after
         dropping to the repository's uid (so the directory is entered as its owner)."""
         drop = [
-            "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
+            _SETPRIV, f"--reuid={self.uid}", f"--regid={self.gid}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
         shell = ["/bin/bash", "-c", f'{shell_prelude(limits)}; exec /bin/bash -c "$1"']
@@ -302,10 +396,11 @@ class BwrapSandbox:
                     argv += ["--ro-bind", str(top), str(top)]
             argv += ["--perms", "0755", "--dir", "/etc"]
             argv += [a for name in _ETC for a in ("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")]
-            argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
-            if "--size" in self._options:
-                argv += ["--size", str(self.limits.tmp_mb * 1024 * 1024)]
-            argv += ["--tmpfs", "/tmp"]
+            argv += ["--proc", "/proc", "--dev", "/dev"]
+            # bwrap's /dev is an unbounded tmpfs: /tmp and /dev/shm get size-limited ones.
+            for dest, size_mb in (("/tmp", self.limits.tmp_mb), ("/dev/shm", self.limits.shm_mb)):
+                size = ["--size", str(size_mb * 1024 * 1024)] if "--size" in self._options else []
+                argv += ["--perms", "1777", *size, "--tmpfs", dest]
             for dest, data in {**self._identity_files(), **(files or {})}.items():
                 fd = os.memfd_create("sandbox-data")
                 fds.append(fd)
@@ -321,6 +416,8 @@ class BwrapSandbox:
                         argv += ["--perms", "0755", "--dir", parent]
                 option = "--bind" if bind.writable else "--ro-bind"
                 argv += [option, str(bind.source), bind.dest]
+            for hidden in self._masked:
+                argv += ["--tmpfs", hidden, "--remount-ro", hidden]
             argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
             argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
             yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits)], fds)
@@ -384,32 +481,33 @@ class BwrapSandbox:
         return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes)
 
     async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
-        """Grade a throwaway copy of the repository. The copy is made inside a sandbox (the
-        repository holds model-made files, e.g. symlinks or FIFOs, that the host must not
-        follow), the script runs on it, and the copy is deleted: nothing the tests or the code
-        under test do reaches the model's repository, and hidden tests never land in it."""
+        return await self._run(
+            "bash /eval.sh",
+            [Bind(self.repo, WORKDIR, writable=True)],
+            files={"/eval.sh": script.encode()},
+            timeout_s=timeout_s,
+            kept_bytes=kept_bytes,
+            label="grading script",
+            limits=grading_limits(self.limits, timeout_s),
+        )
+
+    @contextlib.asynccontextmanager
+    async def pristine(self) -> AsyncIterator[BwrapSandbox]:
+        """A copy of ``base`` (host-side: it is trusted) under ``scratch``, owned by its own
+        sandbox identity, as a sandbox; deleted on exit. The model's repository is not read."""
+        if self.base is None:
+            raise RuntimeError(f"the sandbox over {self.repo} has no base checkout to grade in")
         copy = self.scratch / f".grading-{uuid.uuid4().hex[:12]}"
-        copy.mkdir(mode=0o755)
+
+        def make() -> BwrapSandbox:
+            shutil.copytree(self.base, copy, symlinks=True)
+            hand_over(copy)
+            return BwrapSandbox(copy, self.limits, python=self.python, scratch=self.scratch)
+
         try:
-            hand_over(copy, self.repo)
-            copied = await self._run(
-                f"cp -a /source/. {WORKDIR}/",
-                [Bind(self.repo, "/source"), Bind(copy, WORKDIR, writable=True)],
-                label="copy the repository for grading",
-            )
-            if copied.exit_code != 0 or copied.termination != "exit":
-                return copied
-            return await self._run(
-                "bash /eval.sh",
-                [Bind(copy, WORKDIR, writable=True)],
-                files={"/eval.sh": script.encode()},
-                timeout_s=timeout_s,
-                kept_bytes=kept_bytes,
-                label="grading script",
-                limits=grading_limits(self.limits, timeout_s),
-            )
+            yield await asyncio.to_thread(make)
         finally:
-            remove_tree(copy)
+            await asyncio.to_thread(remove_tree, copy)
 
 
 _WORKING: set[tuple] = set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import shlex
 
-from .output import CommandResult
+from .output import CommandResult, printable
 from .sandbox import Sandbox
 
 __all__ = ["ToolError", "create_file", "edit_file", "run_command", "view_path"]
@@ -41,7 +41,8 @@ async def view_path(
     """A directory's entries (two levels, without .git), or a file's lines with numbers."""
     if start_line < 1 or (end_line is not None and end_line < start_line):
         raise ToolError("start_line must be >= 1 and end_line >= start_line")
-    quoted = shlex.quote(path)
+    # find reads a leading "-" as an expression (``-delete``!): such a path gets a "./".
+    quoted = shlex.quote(f"./{path}" if path.startswith("-") else path)
     last = "$" if end_line is None else str(end_line)
     command = (
         f"if [ -d {quoted} ]; then find {quoted} -maxdepth 2 -not -path '*/.git*' | sort; "
@@ -50,7 +51,7 @@ async def view_path(
     result = await sandbox.run(command)
     if result.exit_code != 0 or result.termination != "exit":
         return _cap(result.describe(), max_chars), result
-    return _cap(result.output or "(empty)\n", max_chars), result
+    return _cap(printable(result.output) or "(empty)\n", max_chars), result
 
 
 async def _read(sandbox: Sandbox, path: str) -> bytes:

@@ -1,0 +1,182 @@
+"""Attacks on grading, as a model would make them: shell commands in its sandbox, then one graded
+round (the environment's own ``model_patch`` + ``grade``). Shared by the in-process test (root:
+bubblewrap without a user namespace, ``setpriv``) and a child process run as an ordinary user
+(bubblewrap in a user namespace), so both modes face the same list.
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+TASK = "stepwise__slugs-21"
+
+PASS_ALL = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+"""
+FAKE_PYTEST = """\
+import sys
+for test in ["test_collapses_runs_of_separators", "test_no_separator_at_the_ends", "test_custom_separator"]:
+    print(f"PASSED tests/test_slugify.py::{test}")
+sys.exit(0)
+"""
+UNCHECKED_PYC = (
+    "mkdir -p tests/__pycache__ && python - <<'EOF'\n"
+    "import py_compile\n"
+    "py_compile.compile('tests/test_slugify.py', 'tests/__pycache__/test_slugify.cpython-311.pyc',\n"
+    "                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\n"
+    "EOF\n"
+    "git add -f tests/__pycache__"
+)
+DIFF_EXTERNAL = (
+    "printf '#!/bin/sh\\nexit 0\\n' > /tmp/nodiff && chmod +x /tmp/nodiff && "
+    "git config diff.external /tmp/nodiff && git config core.hooksPath /tmp"
+)
+POST_CHECKOUT = f"printf '#!/bin/sh\\ncat > conftest.py <<EOF\\n{PASS_ALL}EOF\\n' > .git/hooks/post-checkout"
+
+
+def write(path: str, text: str) -> str:
+    return f"mkdir -p \"$(dirname {path})\" && cat > {path} <<'EOF_ATTACK'\n{text}EOF_ATTACK"
+
+
+# name -> (commands, whether the honest fix is applied as well)
+SCENARIOS: dict[str, tuple[list[str], bool]] = {
+    "root_conftest": ([write("conftest.py", PASS_ALL)], False),
+    "package_conftest": ([write("slugs/conftest.py", PASS_ALL)], False),
+    "pytest_ini_plugin": (
+        [write("pytest.ini", "[pytest]\naddopts = -p passall\n"), write("passall.py", PASS_ALL)],
+        False,
+    ),
+    "pyproject_pytest_table": (
+        [
+            "printf '\\n[tool.pytest.ini_options]\\naddopts = \"-p passall\"\\n' >> pyproject.toml",
+            write("passall.py", PASS_ALL),
+        ],
+        False,
+    ),
+    "setup_cfg_section": (
+        [write("setup.cfg", "[tool:pytest]\naddopts = -p passall\n"), write("passall.py", PASS_ALL)],
+        False,
+    ),
+    "tox_ini_section": ([write("tox.ini", "[pytest]\naddopts = -p passall\n"), write("passall.py", PASS_ALL)], False),
+    "shadow_pytest": ([write("pytest.py", FAKE_PYTEST)], False),
+    "shadow_pytest_package": ([write("_pytest/__init__.py", "")], False),
+    "shadow_stdlib": ([write("unittest.py", "")], False),
+    "sitecustomize": ([write("sitecustomize.py", "")], False),
+    "path_hook": ([write("evil.pth", "import os\n")], False),
+    "plugin_entry_point": (
+        [
+            write("passall-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: passall\nVersion: 1.0\n"),
+            write("passall-1.0.dist-info/entry_points.txt", "[pytest11]\npassall = passall\n"),
+            write("passall.py", PASS_ALL),
+        ],
+        False,
+    ),
+    "unchecked_pyc": ([UNCHECKED_PYC], False),
+    "symlink": (["ln -s slugs/slugify.py link.py"], False),
+    "new_test_module": ([write("tests/test_mine.py", "def test_ok():\n    pass\n")], False),
+    "hidden_test_edit": (["echo 'def test_custom_separator(): pass' >> tests/test_slugify.py"], False),
+    "ignored_conftest": ([write(".gitignore", "conftest.py\n"), write("conftest.py", PASS_ALL)], False),
+    "git_hook": ([POST_CHECKOUT, "chmod +x .git/hooks/post-checkout"], False),
+    "leak_through_exception": (
+        ["printf 'raise RuntimeError(open(\"tests/test_slugify.py\").read())\\n' >> slugs/__init__.py"],
+        False,
+    ),
+    "terminal_escapes": (
+        ["printf 'raise RuntimeError(\"\\\\x1b]0;owned\\\\x07\\\\x00\")\\n' >> slugs/__init__.py"],
+        False,
+    ),
+    # Honest fixes that must still resolve:
+    "fix": ([], True),
+    "fix_diff_external": ([DIFF_EXTERNAL], True),
+    "fix_unreadable": (["chmod 000 slugs/slugify.py"], True),
+    "fix_locked_workdir": (["chmod 000 ."], True),
+    "fix_with_metadata_change": (["sed -i 's/1.0.3/1.0.4/' pyproject.toml"], True),
+    "fix_with_deep_tree": (
+        [
+            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p $deep && cd $deep && echo bottom > f.txt "
+            "&& chmod 000 .. . && echo built"
+        ],
+        True,
+    ),
+    "fix_with_bytecode_left": (
+        ["PYTHONDONTWRITEBYTECODE= python -c 'import slugs.slugify'", "ls slugs/__pycache__"],
+        True,
+    ),
+}
+
+
+async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
+    from stepwise_swe_bench.fixtures import base_checkout, materialize
+    from stepwise_swe_bench.grading import PatchError, feedback, grade, hidden_lines, model_patch, round_reward
+    from stepwise_swe_bench.instances import load_instances
+    from stepwise_swe_bench.limits import SandboxLimits
+    from stepwise_swe_bench.sandbox import BwrapSandbox
+
+    (instance,) = load_instances(instance_ids=[TASK])
+    repo = workdir / name / "repo"
+    repo.parent.mkdir(parents=True)
+    materialize(instance, repo)
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30), python=python, base=base_checkout(instance))
+    commands, fix = SCENARIOS[name]
+    if fix:
+        applied = await sandbox.run("git apply -", stdin=instance.patch.encode())
+        assert applied.exit_code == 0, applied.output
+    outputs = [(await sandbox.run(command)).output for command in commands]
+    try:
+        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
+    except PatchError as error:
+        return {"patch_error": str(error), "outputs": outputs}
+    result = await grade(instance, sandbox, patch, timeout_s=60, kept_log_bytes=1 << 20)
+    return {
+        "reward": round_reward(result, "partial"),
+        "resolved": result.resolved,
+        "rejected": result.rejected,
+        "patch": patch,
+        "test_output": result.test_output,
+        "feedback": feedback(result, round_index=0, rounds_left=1, max_log_chars=3000),
+        "hidden_lines": hidden_lines(instance.test_patch),
+        "after": (await sandbox.run("echo still usable")).output,
+        "outputs": outputs,
+        "removed": _removed(repo),
+    }
+
+
+def _removed(repo: Path) -> bool:
+    """The host-side cleanup of a rollout's repository, after the attack."""
+    from stepwise_swe_bench.sandbox import remove_tree
+
+    remove_tree(repo)
+    return not repo.exists()
+
+
+async def play(workdir: Path, names: list[str], python: Path | None = None) -> dict[str, dict]:
+    """Each scenario in its own repository under ``workdir``; the test environment's Python is
+    ``python`` (default: this one)."""
+    return {name: await attempt(workdir, name, python) for name in names}
+
+
+def as_ordinary_user(uid: int, warm_up: Path, workdir: Path, python: Path, names: list[str]) -> None:
+    """Run the scenarios as ``uid`` and print their results as JSON. The interpreter running
+    this may live where ``uid`` cannot read (under /root here), so one round is played first to
+    import everything, and the templates it built (owned by the caller) are forgotten."""
+    from stepwise_swe_bench import fixtures
+
+    asyncio.run(play(warm_up, ["fix"], python))
+    fixtures._build_template.cache_clear()
+    fixtures._templates.cache_clear()
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    print(json.dumps(asyncio.run(play(workdir, names, python))))
