@@ -17,8 +17,9 @@ the faults: ``http_500``, ``http_400`` (a request error, not worth retrying), ``
 limited, with ``Retry-After: retry_after``), ``timeout`` (no answer until the server stops or
 ``hang_seconds`` pass), ``no_done`` (a stream that sends every chunk, then only SSE keepalive
 comments, never ``data: [DONE]``, until ``hang_seconds`` pass), ``malformed_json`` (a body or
-SSE event that is not JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n requests of its call and then the
-call is answered normally, which is how retries are exercised.
+SSE event that is not JSON), ``empty`` (HTTP 200 with no body at all). A fault with
+``times=n`` fires on the first n requests of its call and then the call is answered normally,
+which is how retries are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
