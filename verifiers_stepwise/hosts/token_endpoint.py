@@ -88,7 +88,7 @@ class TokenEndpoint:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # aiohttp exposes the bound port only here
+        port = self._runner.addresses[0][1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
 
     async def close(self) -> None:

@@ -304,16 +304,16 @@ class ModelServer:
         if not stream:
             return web.json_response(completion)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
+        stream_response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await stream_response.prepare(request)
         for chunk in _chunks(completion, include_usage):
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await stream_response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         if fault == "no_done":
-            await self._keep_alive(response)
-            return response
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+            await self._keep_alive(stream_response)
+            return stream_response
+        await stream_response.write(b"data: [DONE]\n\n")
+        await stream_response.write_eof()
+        return stream_response
 
     async def _keep_alive(self, response: web.StreamResponse) -> None:
         """SSE comments every 0.1 s, and never the end of the stream, for ``hang_seconds``."""

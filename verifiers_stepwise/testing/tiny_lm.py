@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_stepwise.extras import requires
+
 __all__ = ["SPECIAL_TOKENS", "tiny_model", "tiny_tokenizer"]
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
@@ -20,8 +22,9 @@ _CORPUS = [
 
 
 def tiny_tokenizer(vocab_size: int = 320) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    with requires("verifiers_stepwise.testing.tiny_lm", "tokenizers", "transformers", extra="trl"):
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -43,8 +46,9 @@ def tiny_tokenizer(vocab_size: int = 320) -> Any:
 
 
 def tiny_model(tokenizer: Any, seed: int = 0) -> Any:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    with requires("verifiers_stepwise.testing.tiny_lm", "torch", "transformers", extra="trl"):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL
 
 __all__ = ["HostArguments", "main", "plot_rewards"]
@@ -45,13 +46,14 @@ class HostArguments:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Parse, train, save, plot; returns the trainer."""
-    import torch
-    from trl import GRPOConfig, TrlParser
+    with requires("verifiers_stepwise.hosts.trl", "torch", "trl", extra="trl"):
+        import torch
+        from trl import GRPOConfig, TrlParser
 
     from verifiers_stepwise.hosts.trl.model import load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
-    parser = TrlParser((HostArguments, GRPOConfig))
+    parser = TrlParser((HostArguments, GRPOConfig))  # type: ignore[arg-type]  # a tuple of dataclasses, as HfArgumentParser takes
     if not torch.cuda.is_available():
         # TRL defaults to bf16, which transformers refuses without an accelerator unless told
         # use_cpu; explicit flags still win.
@@ -80,10 +82,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
 def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
     """Episode reward and per-turn reward (mean per step) against the training step."""
-    import matplotlib
+    with requires("the TRL host's reward plot", "matplotlib", extra="trl"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     steps = [entry for entry in log_history if "reward" in entry]
     figure, axis = plt.subplots(figsize=(6, 3.5))

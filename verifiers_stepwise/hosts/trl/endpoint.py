@@ -86,10 +86,8 @@ class TokenEndpoint:
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
         self._pending: list[tuple[GenerateRequest, asyncio.Future]] = []
-        self._wake: asyncio.Event | None = None
-        self._worker: asyncio.Task | None = None
+        self._wake = asyncio.Event()  # made anew in the server's loop at each start (_open)
         self._error: BaseException | None = None
 
     @property
@@ -99,7 +97,9 @@ class TokenEndpoint:
     def start(self) -> TokenEndpoint:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), name="token-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(self._loop, ready), name="token-endpoint", daemon=True
+        )
         self._thread.start()
         ready.wait(30)
         if self._error is not None:
@@ -122,11 +122,10 @@ class TokenEndpoint:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _serve(self, ready: threading.Event) -> None:
-        loop = self._loop
+    def _serve(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(self._open())
+            runner, worker = loop.run_until_complete(self._open())
         except BaseException as error:  # reported to start()
             self._error = error
             ready.set()
@@ -135,21 +134,22 @@ class TokenEndpoint:
         try:
             loop.run_forever()
         finally:
-            self._worker.cancel()
-            loop.run_until_complete(self._runner.cleanup())
+            worker.cancel()
+            loop.run_until_complete(runner.cleanup())
             loop.close()
 
-    async def _open(self) -> None:
+    async def _open(self) -> tuple[web.AppRunner, asyncio.Task]:
         self._wake = asyncio.Event()
-        self._worker = asyncio.get_running_loop().create_task(self._work())
+        worker = asyncio.get_running_loop().create_task(self._work())
         app = web.Application(client_max_size=1024**3)
         app.router.add_post("/inference/v1/generate", self._generate)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = runner.addresses[0][1]
+        return runner, worker
 
     async def _models(self, request: web.Request) -> web.Response:
         card: dict[str, Any] = {"id": self.model, "object": "model"}

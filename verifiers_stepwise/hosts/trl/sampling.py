@@ -17,9 +17,12 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
-import torch
+from verifiers_stepwise.extras import requires
+
+with requires("verifiers_stepwise.hosts.trl", "torch", extra="trl"):
+    import torch
 
 from verifiers_stepwise.hosts.trl.endpoint import GenerateRequest, Generation
 
@@ -42,7 +45,8 @@ class ModelSampler:
                 indices = list(group)
                 for i, generation in zip(indices, self._sample([requests[i] for i in indices])):
                     out[i] = generation
-        return out
+        assert all(g is not None for g in out)  # every request belongs to exactly one group
+        return cast(list[Generation], out)
 
     def _sample(self, requests: list[GenerateRequest]) -> list[Generation]:
         model = self.get_model()
@@ -87,7 +91,7 @@ class ModelSampler:
         for row, (request, limit) in enumerate(zip(requests, limits)):
             tokens = sampled[row].tolist()
             end = next((k + 1 for k, t in enumerate(tokens[:limit]) if t in request.stop_token_ids), None)
-            finish = "stop" if end is not None else "length"
+            finish: Literal["stop", "length"] = "stop" if end is not None else "length"
             end = end if end is not None else min(limit, len(tokens))
             generations.append(Generation(tokens[:end], logprobs[row, :end].tolist(), finish))
         return generations

@@ -28,10 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import verifiers.v1 as vf
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
+
+from verifiers_stepwise.extras import requires
+
+with requires("verifiers_stepwise.hosts.trl", "torch", "datasets", "trl", extra="trl"):
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
@@ -140,12 +144,20 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         self._log_turns(samples)
         return output
 
+    def _training(self) -> bool:
+        assert self.model is not None  # GRPOTrainer always holds its model
+        return bool(self.model.training)
+
+    def _group_size(self) -> int:
+        """Rollouts per task: TRL's ``num_generations``, or ``num_generations_eval`` in evaluation."""
+        size = self.num_generations if self._training() else self.num_generations_eval
+        assert size is not None  # GRPOTrainer.__init__ sets both
+        return size
+
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         """TRL's ``rollout_func``: ``prompts`` are ``self._rows``' prompts, each task's repeated."""
         indices = [row["task_index"] for row in self._rows]
-        groups = _consecutive_groups(
-            indices, self.num_generations if self.model.training else self.num_generations_eval
-        )
+        groups = _consecutive_groups(indices, self._group_size())
         episodes = _run(self._run_groups([self.tasks[indices[start]] for start, _ in groups], groups))
         samples = score_groups(episodes, self.estimator, self._tokenizer.pad_token_id)
         return {
@@ -184,7 +196,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
     # -- metrics ------------------------------------------------------------------------------
 
     def _log_turns(self, samples: Sequence[EpisodeSample]) -> None:
-        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics = self._metrics["train" if self._training() else "eval"]
         scored = [s for s in samples if s.excluded is None]
         metrics["episodes/errored"].append(1 - len(scored) / len(samples))
         if not scored:
