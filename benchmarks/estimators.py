@@ -144,7 +144,7 @@ def run(name: str, size: Size, gamma: float, repeats: int, python_repeats: int) 
     rows = []
     for aggregation in ("sum", "max"):
         for baseline in BASELINES:
-            estimator = Stepwise(gamma=gamma, aggregation=aggregation, baseline=baseline)
+            estimator = Stepwise(gamma=gamma, aggregation=aggregation, baseline=baseline, scale="std")
             batched = partial(fresh_batched, estimator, rewards, lengths, group_sizes)
             plain = partial(python_stepwise, groups, gamma, aggregation, baseline)
             check = template.split(batched())

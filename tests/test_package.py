@@ -220,5 +220,5 @@ def test_readme_quickstart_runs_as_written(tmp_path):
         for t in by_trace.values()
         if [r["reward"] for r in t] == [1.0] and t[0]["group_id"] == near_miss[0][0]["group_id"]
     ]
-    assert [round(r["advantage"], 2) for r in near_miss[0]] == [1.69, 1.59, 1.34, 0.73]
-    assert round(right_at_once[0][0]["advantage"], 2) == 0.77
+    assert [round(r["advantage"], 2) for r in near_miss[0]] == [2.65, 2.18, 1.45, 0.73]
+    assert round(right_at_once[0][0]["advantage"], 2) == -0.26
