@@ -157,8 +157,8 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
 
     estimator = get_estimator("stepwise", scale="none")
     assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
-    first_attempt = group.rollouts[0].advantage.per_turn[0]
-    assert first_attempt < 0  # the wrong first answer is discouraged
+    first_attempt, right_at_once = (group.rollouts[k].advantage.per_turn[0] for k in (0, 1))
+    assert first_attempt < right_at_once  # the wrong first answer gets less than answering right at once
 
     # PR #4356's view of the same episodes: only the last turn has a reward (the trace's)
     for rollout in group.rollouts:
@@ -166,7 +166,8 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
             del turn.env_rewards[TURN_REWARD], turn.env_rewards["turn_index"]
     assert [[t.env_rewards.get(VERIFIERS_REWARD, 0.0) for t in r.turns] for r in group.rollouts][0] == [0.0, 1.0]
     last_turn_only = StepwiseAdvantage.Config(options={"scale": "none"}).build()(group)
-    assert last_turn_only[0].per_turn[0] > 0  # ... which would encourage the wrong first answer
+    # ... which would credit the wrong first answer exactly like the right one
+    assert last_turn_only[0].per_turn[0] == last_turn_only[1].per_turn[0] > 0
 
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert len(built.training_samples) == 3  # each trace packs into one sample

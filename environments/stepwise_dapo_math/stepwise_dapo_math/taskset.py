@@ -220,7 +220,7 @@ def response_length(trace: vf.Trace, index: int | None) -> int | None:
     if index is None:
         return None
     node = trace.nodes[index]
-    if node.token_ids:
+    if len(node.token_ids):  # a list, or an array from newer train clients
         return node.mask.count(True)
     call = next((call for call in reversed(trace.calls) if call.node == index), None)
     return call.usage.completion_tokens if call is not None and call.usage is not None else None
