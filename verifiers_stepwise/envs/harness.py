@@ -20,13 +20,17 @@ Model errors: HTTP 408/5xx answers, broken streams and transport errors are retr
 interception server's replay guard keys on; any other 4xx ends the segment at once, and the
 rollout records the interception's own account of the failure, status and message.
 
-A failed streamed attempt is retried without streaming. Verifiers 0.4.0's interception relays
-an upstream error answered before the stream starts with its status, but reads a 200 stream
-that carries a ``data: {"error": ...}`` event and then ends (llama.cpp does so for a request
-past its context) as ``upstream stream ended before its terminal event`` (502, the event
-dropped; ``_collect_stream``). A plain request gets the upstream's status and body relayed
-(``EvalClient._request``), so the one retry puts e.g. ``upstream 400: ... context size`` on
-the trace, and a 400 is not retried again. With ``max_retries=0`` the 502 stays the error.
+A streamed attempt that the interception answered with a failure (an error status, or an
+error event in the stream it had committed) is retried without streaming. Verifiers 0.4.0's
+interception relays an upstream error answered before the stream starts with its status, but
+reads a 200 stream that carries a ``data: {"error": ...}`` event and then ends (llama.cpp does
+so for a request past its context) as ``upstream stream ended before its terminal event``
+(502, the event dropped; ``_collect_stream``). A plain request gets the upstream's status and
+body relayed (``EvalClient._request``), so the one retry puts e.g. ``upstream 400: ... context
+size`` on the trace, and a 400 is not retried again. A failed attempt commits no turn, so the
+changed body cannot commit one twice; a stream cut short (transport error, no ``[DONE]``) may
+have been committed and is retried unchanged, for the interception's replay guard (keyed on
+the body) to serve that turn. With ``max_retries=0`` the 502 stays the error.
 
 Rate limits: a 429 is retried for as long as the call's deadline allows (not counted against
 ``max_retries``), after its ``Retry-After`` when the endpoint sends one, else after the
@@ -106,11 +110,16 @@ class StepwiseChatConfig(vf.HarnessConfig):
 class ModelCallError(RuntimeError):
     """The interception endpoint refused or failed a model call."""
 
-    def __init__(self, message: str, status_code: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, retry_after: float | None = None, reported: bool = False
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.retry_after = retry_after
         """Seconds the endpoint asked to wait (its ``Retry-After`` header), if it said."""
+        self.reported = reported
+        """The endpoint itself answered with the failure (an error status or an error event in
+        its stream), so the interception committed no turn for the attempt."""
 
     @property
     def retryable(self) -> bool:
@@ -311,9 +320,8 @@ class ChatSession(vf.HarnessSession):
     async def _attempts(self, body: dict, deadline: float) -> vf.Response:
         """Send ``body`` until it is answered: after a 429 until the deadline, after any other
         retryable failure ``max_retries`` times, each retry after its wait (``_backoff``, or the
-        429's ``Retry-After``). A streamed attempt that failed is retried without streaming: for
-        a stream the upstream ended with an error event, only a plain request gets the upstream's
-        own status and message relayed by the interception (see the module docstring)."""
+        429's ``Retry-After``). A streamed attempt the endpoint failed is retried without
+        streaming, one cut short as it was (see the module docstring)."""
         stream = self.config.stream
         attempt = failures = limited = 0
         while True:
@@ -335,7 +343,7 @@ class ChatSession(vf.HarnessSession):
             else:
                 wait = self._backoff(failures)
                 failures += 1
-                stream = False
+                stream = stream and not (isinstance(failure, ModelCallError) and failure.reported)
             await asyncio.sleep(wait)
             attempt += 1
 
@@ -351,7 +359,7 @@ class ChatSession(vf.HarnessSession):
         async with self._client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code >= 400:
                 text = _error_text(await response.aread())
-                raise ModelCallError(text, response.status_code, _retry_after(response.headers))
+                raise ModelCallError(text, response.status_code, _retry_after(response.headers), reported=True)
             if stream:
                 return await _read_stream(response)
             try:
@@ -420,7 +428,7 @@ def _feed(parser: Any, lines: list[str]) -> bool:
     if is_sse_done_event(raw):
         return True
     if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
-        raise ModelCallError(_error_message(chunk))
+        raise ModelCallError(_error_message(chunk), reported=True)
     parser.feed(raw)
     return False
 
