@@ -314,14 +314,16 @@ async def test_request_timeout_bounds_a_model_call():
 
 
 @pytest.mark.parametrize(
-    ("fault", "stream", "message"),
+    ("fault", "stream", "message", "streamed"),
     [
-        ("empty", True, r"the model stream ended before data: \[DONE\]"),
-        ("malformed_json", False, "malformed completion from the interception endpoint"),
-        ("http_500", True, "scripted fault: internal server error"),
+        # cut short: it may have been committed, so it is retried unchanged (the replay guard keys on the body)
+        ("empty", True, r"the model stream ended before data: \[DONE\]", [True, True]),
+        ("malformed_json", False, "malformed completion from the interception endpoint", [None, None]),
+        # answered with a failure: nothing was committed, and a plain retry gets the upstream's status
+        ("http_500", True, "scripted fault: internal server error", [True, None]),
     ],
 )
-async def test_broken_answers_from_the_endpoint_raise_after_the_retries(fault, stream, message):
+async def test_broken_answers_from_the_endpoint_raise_after_the_retries(fault, stream, message, streamed):
     """Straight against the model server, without an interception in between."""
     data = vf.TaskData(prompt=f"fault {fault}")
     ctx = vf.ModelContext(model="m", client=vf.EvalClientConfig())
@@ -332,4 +334,4 @@ async def test_broken_answers_from_the_endpoint_raise_after_the_retries(fault, s
         with pytest.raises(ModelCallError, match=message):
             await session._run(None)
         await session.close()
-        assert len(local.chat_requests) == 2  # the first try and one retry
+        assert [body.get("stream") for body in local.chat_requests] == streamed  # the first try and one retry

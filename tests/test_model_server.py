@@ -13,7 +13,15 @@ import httpx
 import openai
 import pytest
 
-from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted, spawned
+from verifiers_stepwise.testing.server import (
+    CONTEXT_ERROR,
+    ModelServer,
+    PerRollout,
+    Reply,
+    ToolCallReply,
+    scripted,
+    spawned,
+)
 
 SCRIPT = scripted(
     {
@@ -114,6 +122,25 @@ def test_faults(fault, check, stream):
     with ModelServer(scripted({"x": [Reply(fault=fault)]})) as server:
         body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "x"}]}
         assert check(httpx.post(f"{server.base_url}/chat/completions", json=body))
+
+
+def test_stream_error_fault_is_an_error_event_in_a_200_stream_or_a_400():
+    """As llama.cpp answers a request past its context."""
+    with ModelServer(scripted({"x": [Reply(fault="stream_error")]})) as server:
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        streamed = httpx.post(f"{server.base_url}/chat/completions", json=body)
+        plain = httpx.post(f"{server.base_url}/chat/completions", json=body | {"stream": False})
+    assert streamed.status_code == 200 and streamed.text.startswith("data: ") and "[DONE]" not in streamed.text
+    event = json.loads(streamed.text.removeprefix("data: "))
+    assert event["error"]["code"] == 400 and event["error"]["message"] == CONTEXT_ERROR
+    assert plain.status_code == 400 and plain.json() == event
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_server_without_usage_sends_none(stream):
+    with ModelServer(usage=False) as server:
+        reply = ask(server, "anything", stream=stream, stream_options={"include_usage": True} if stream else None)
+    assert reply.usage is None and reply.choices[0].message.content == "ok"
 
 
 def test_timeout_fault_hangs_until_the_client_gives_up():

@@ -12,15 +12,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import verifiers.v1 as vf
-from stepwise_dapo_math.config import DapoMathTaskConfig
+from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
 from stepwise_dapo_math.env import MISSING, WRONG, DapoMathEnvConfig
 from stepwise_dapo_math.loaders import BUNDLED_PATH
-from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, response_lengths
+from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, DapoMathTaskset, response_length, response_lengths
+from stepwise_dapo_math.tokens import TokenizerError
 from verifiers.v1.errors import TaskError
 
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ChatCall, ModelServer, PerRollout, scripted
+from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.traces.turns import read_turns
 
@@ -179,7 +181,8 @@ def test_response_lengths_come_from_usage_without_tokens_and_are_unknown_without
     builder.trace.calls[0].usage = vf.Usage(prompt_tokens=5, completion_tokens=17)
     assert response_lengths(builder.trace) == [17, None]
     shaped = task("4", overlong={"enabled": True})
-    with pytest.raises(TaskError, match="token count"):  # the rollout records it on the trace
+    # the rollout records it on the trace, with the fix
+    with pytest.raises(TaskError, match="token count.*set overlong.tokenizer"):
         asyncio.run(shaped.score(builder.trace))
     assert builder.trace.rewards["dapo"] is None  # unscored, not guessed
 
@@ -216,3 +219,29 @@ def test_the_answer_checker_imports_without_verifiers():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer(tmp_path_factory) -> str:
+    """One token per byte (``verifiers_stepwise.testing.tokenizer``)."""
+    return qwen3_byte_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def test_without_usage_the_configured_tokenizer_counts_the_response(byte_tokenizer):
+    builder = TraceBuilder("p", tokens=False)
+    node = builder.sample("Answer: 3")
+    builder.trace.nodes[node].message.reasoning_content = "hmm"
+    assert response_lengths(builder.trace) == [None]
+    assert response_length(builder.trace, node, byte_tokenizer) == len("Answer: 3") + len("hmm")
+    builder.trace.calls[0].usage = vf.Usage(prompt_tokens=5, completion_tokens=17)
+    assert response_length(builder.trace, node, byte_tokenizer) == 17  # the provider's count comes first
+
+
+@pytest.mark.parametrize(
+    ("name", "message"), [("/no/such/tokenizer", "no such directory"), ("no-such-org/none", "cannot be loaded")]
+)
+def test_a_tokenizer_that_cannot_load_stops_the_taskset_before_any_episode(name, message, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = DapoMathTasksetConfig(dataset="bundled", task={"overlong": {"enabled": True, "tokenizer": name}})
+    with pytest.raises(TokenizerError, match=f"overlong.tokenizer '{name}'.*{message}"):
+        DapoMathTaskset(config).load()

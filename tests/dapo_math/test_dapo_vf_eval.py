@@ -14,6 +14,7 @@ from stepwise_dapo_math.loaders import BUNDLED_PATH
 
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
+from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
 ROWS = [json.loads(line) for line in BUNDLED_PATH.read_text().splitlines()[:2]]
@@ -137,3 +138,31 @@ def test_refine_run_then_vf_stepwise_gives_no_wrong_attempt_of_a_failed_rollout_
             assert values[0] > 0.0
     kevin = advantages("--gamma", "0.4", "--baseline", "pooled", "--scale", "std")
     assert [round(a, 4) for a in next(v for v in kevin.values() if len(v) == 3)] == [-0.6357, -0.3926, 0.215]
+
+
+@pytest.mark.slow
+def test_overlong_shaping_counts_the_tokens_itself_when_the_server_sends_no_usage(tmp_path):
+    """Issue #17: a real server that sends no usage in its stream failed every episode once the
+    model had answered. With ``overlong.tokenizer`` (here one token per byte) the reply's text is
+    counted; without it the episode's error says which option fixes it."""
+    reply = f"Work work work.\nAnswer: {FIRST[1]}"
+    shaping = ["--env.taskset.task.overlong.enabled", "true", "--env.taskset.task.overlong.max-tokens", "40"]
+    shaping += ["--env.taskset.task.overlong.cache-tokens", "30"]
+    tokenizer = qwen3_byte_tokenizer(tmp_path / "tokenizer")
+    with ModelServer(scripted({FIRST[0]: [reply]}), usage=False) as server:
+        counted, unknown = (
+            run_vf_eval(
+                ["stepwise-dapo-math", "-n", "1", "-r", "1", *shaping, *flags],
+                server.base_url,
+                output_dir=tmp_path / f"outputs{len(flags)}",
+                env={"HOME": str(tmp_path)},
+            ).episodes
+            for flags in (["--env.taskset.task.overlong.tokenizer", tokenizer], [])
+        )
+    (trace,) = counted[0].traces
+    assert trace.ok and trace.metrics["response_tokens"] == len(reply.encode())
+    assert trace.rewards["overlong_penalty"].score == pytest.approx((10 - len(reply.encode())) / 30)
+    (failed,) = unknown[0].traces
+    assert (
+        not failed.ok and "set overlong.tokenizer (--env.taskset.task.overlong.tokenizer)" in failed.errors[-1].message
+    )

@@ -17,9 +17,28 @@ graph then forks at the first rewritten message, so each turn ends on its own br
 
 Model errors: HTTP 408/5xx answers, broken streams and transport errors are retried
 (``max_retries``, exponential ``retry_backoff``) with the ``x-stainless-retry-count`` header the
-interception server's replay guard keys on; a 429 is retried after its ``Retry-After`` (or the
-back-off) for as long as the call's deadline allows; any other 4xx ends the segment at once, and
-the rollout records the interception's own account of the failure, status and message.
+interception server's replay guard keys on; any other 4xx ends the segment at once, and the
+rollout records the interception's own account of the failure, status and message.
+
+A streamed attempt that the interception answered with a failure (an error status, or an
+error event in the stream it had committed) is retried without streaming. Verifiers 0.4.0's
+interception relays an upstream error answered before the stream starts with its status, but
+reads a 200 stream that carries a ``data: {"error": ...}`` event and then ends (llama.cpp does
+so for a request past its context) as ``upstream stream ended before its terminal event``
+(502, the event dropped; ``_collect_stream``). A plain request gets the upstream's status and
+body relayed (``EvalClient._request``), so the one retry puts e.g. ``upstream 400: ... context
+size`` on the trace, and a 400 is not retried again. A failed attempt commits no turn, so the
+changed body cannot commit one twice; a stream cut short (transport error, no ``[DONE]``) may
+have been committed and is retried unchanged, for the interception's replay guard (keyed on
+the body) to serve that turn. With ``max_retries=0`` the 502 stays the error.
+
+Rate limits: a 429 is retried for as long as the call's deadline allows (not counted against
+``max_retries``), after its ``Retry-After`` when the endpoint sends one, else after the
+back-off (``retry_backoff`` doubling per 429, at most 8 s); a wait that would pass the
+deadline ends the call at once with the 429. The interception (0.4.0) answers an upstream 429
+with its own JSON error and drops the upstream's ``Retry-After``, so through ``vf-eval`` the
+back-off is what waits: the upstream may be asked again sooner than it said, but the waits
+double, so a rate-limited call sends a few requests, not one per ``retry_backoff``.
 
 Deadlines: a model call ends at ``call_timeout`` (every attempt and wait included) and no call
 runs past the rollout's ``episode_timeout``, however many keepalives arrive: the interception
@@ -28,8 +47,9 @@ fires on it. A call past its deadline raises ``ModelCallError`` (status 408), wh
 records as its error; earlier turns keep what they recorded and the run goes on.
 
 Runs on verifiers 0.3.1, a60a606 and 0.4.x; MCP tool servers need 0.4.x
-(``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``, ``harnesses/null``,
-``harnesses/utils``, ``interception/server.py``, ``dialects/chat.py``).
+(``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``,
+``harnesses/null``, ``harnesses/utils``, ``interception/server.py``, ``clients/eval.py``,
+``dialects/chat.py``).
 """
 
 from __future__ import annotations
@@ -71,10 +91,12 @@ class StepwiseChatConfig(vf.HarnessConfig):
     exclude_think: bool = False
     """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
     max_retries: int = Field(2, ge=0)
-    """Retries of a model call answered with 408/5xx, a broken stream or a transport error. A
-    429 (rate limit) is retried until ``call_timeout``, after its ``Retry-After`` when given."""
+    """Retries of a model call answered with 408/5xx, a broken stream or a transport error (not
+    streamed). A 429 (rate limit) is retried until ``call_timeout``, after its ``Retry-After``
+    when given, else after the back-off."""
     retry_backoff: float = Field(0.5, ge=0)
-    """Seconds before the first retry; doubled for each further one, at most 8 s."""
+    """Seconds before the first retry; doubled for each further one, at most 8 s (429s and other
+    failures keep separate counts)."""
     request_timeout: float | None = Field(None, gt=0)
     """Seconds httpx waits for each read of a model call (None: no read timeout). The
     interception server's keepalives reset it, so it cannot end a call: ``call_timeout`` does."""
@@ -88,11 +110,16 @@ class StepwiseChatConfig(vf.HarnessConfig):
 class ModelCallError(RuntimeError):
     """The interception endpoint refused or failed a model call."""
 
-    def __init__(self, message: str, status_code: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, retry_after: float | None = None, reported: bool = False
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.retry_after = retry_after
         """Seconds the endpoint asked to wait (its ``Retry-After`` header), if it said."""
+        self.reported = reported
+        """The endpoint itself answered with the failure (an error status or an error event in
+        its stream), so the interception committed no turn for the attempt."""
 
     @property
     def retryable(self) -> bool:
@@ -269,8 +296,6 @@ class ChatSession(vf.HarnessSession):
         body: dict[str, Any] = {"model": self.ctx.model, "messages": conversation}
         if self._tools:
             body["tools"] = self._tools
-        if self.config.stream:
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
         deadline, what = self._deadline()
         if deadline <= time.time():
             raise ModelCallError(f"no model call may start: the {what} has passed", 408)
@@ -293,61 +318,54 @@ class ChatSession(vf.HarnessSession):
         return min(limits)
 
     async def _attempts(self, body: dict, deadline: float) -> vf.Response:
-        """Send ``body`` until it is answered: a 429 until the deadline (waiting its
-        ``Retry-After``, or the back-off), other retryable failures ``max_retries`` times."""
-        attempt = failures = 0
+        """Send ``body`` until it is answered: after a 429 until the deadline, after any other
+        retryable failure ``max_retries`` times, each retry after its wait (``_backoff``, or the
+        429's ``Retry-After``). A streamed attempt the endpoint failed is retried without
+        streaming, one cut short as it was (see the module docstring)."""
+        stream = self.config.stream
+        attempt = failures = limited = 0
         while True:
             headers = {"Authorization": f"Bearer {self.secret}"}
             if attempt:
                 headers[RETRY_COUNT_HEADER] = str(attempt)
-            wait = min(MAX_BACKOFF, self.config.retry_backoff * 2**failures)
             try:
-                if self.config.stream:
-                    return await self._streamed(body, headers)
-                return await self._posted(body, headers)
-            except ModelCallError as error:
-                if error.status_code == 429:
-                    wait = wait if error.retry_after is None else error.retry_after
-                    if time.time() + wait >= deadline:
-                        message = f"{error} (rate limited: waiting {wait:g} s would pass the deadline)"
-                        raise ModelCallError(message, 429) from error
-                elif not error.retryable or failures == self.config.max_retries:
-                    raise
-                else:
-                    failures += 1
-            except httpx.TransportError:
-                if failures == self.config.max_retries:
-                    raise
+                return await self._send(body, headers, stream)
+            except (ModelCallError, httpx.TransportError) as error:
+                failure = error
+            if isinstance(failure, ModelCallError) and failure.status_code == 429:
+                wait = self._backoff(limited) if failure.retry_after is None else failure.retry_after
+                if time.time() + wait >= deadline:
+                    message = f"{failure} (rate limited: waiting {wait:g} s would pass the deadline)"
+                    raise ModelCallError(message, 429) from failure
+                limited += 1
+            elif (isinstance(failure, ModelCallError) and not failure.retryable) or failures == self.config.max_retries:
+                raise failure
+            else:
+                wait = self._backoff(failures)
                 failures += 1
+                stream = stream and not (isinstance(failure, ModelCallError) and failure.reported)
             await asyncio.sleep(wait)
             attempt += 1
 
-    async def _posted(self, body: dict, headers: dict[str, str]) -> vf.Response:
-        response = await self._client.post(f"{self.endpoint}/chat/completions", json=body, headers=headers)
-        if response.status_code >= 400:
-            raise ModelCallError(_error_text(response.content), response.status_code, _retry_after(response.headers))
-        try:
-            return _DIALECT.parse_response(_DIALECT.validate_response(response.json()))
-        except ValueError as error:
-            raise ModelCallError(f"malformed completion from the interception endpoint: {error}") from error
+    def _backoff(self, retries: int) -> float:
+        """Seconds before the retry that follows ``retries`` earlier ones of the same kind."""
+        return min(MAX_BACKOFF, self.config.retry_backoff * 2**retries)
 
-    async def _streamed(self, body: dict, headers: dict[str, str]) -> vf.Response:
-        parser = _DIALECT.stream_parser()
-        async with self._client.stream(
-            "POST", f"{self.endpoint}/chat/completions", json=body, headers=headers
-        ) as response:
+    async def _send(self, body: dict, headers: dict[str, str], stream: bool) -> vf.Response:
+        """One attempt: ``body`` as an SSE stream (usage asked for) or for one JSON answer."""
+        if stream:
+            body = body | {"stream": True, "stream_options": {"include_usage": True}}
+        url = f"{self.endpoint}/chat/completions"
+        async with self._client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code >= 400:
                 text = _error_text(await response.aread())
-                raise ModelCallError(text, response.status_code, _retry_after(response.headers))
-            event: list[str] = []
-            async for line in response.aiter_lines():
-                if line:
-                    event.append(line)
-                elif _feed(parser, event):
-                    return parser.finish()
-            if _feed(parser, event):  # a last event without its closing blank line
-                return parser.finish()
-        raise ModelCallError("the model stream ended before data: [DONE]")
+                raise ModelCallError(text, response.status_code, _retry_after(response.headers), reported=True)
+            if stream:
+                return await _read_stream(response)
+            try:
+                return _DIALECT.parse_response(_DIALECT.validate_response(json.loads(await response.aread())))
+            except ValueError as error:
+                raise ModelCallError(f"malformed completion from the interception endpoint: {error}") from error
 
     async def _tool_result(self, call: vf.ToolCall) -> dict:
         """The tool message answering ``call``: the gate's verdict when it denies the call, else
@@ -388,6 +406,20 @@ class ChatSession(vf.HarnessSession):
         return verdict
 
 
+async def _read_stream(response: httpx.Response) -> vf.Response:
+    """The completion an SSE answer carries, assembled when ``data: [DONE]`` arrives."""
+    parser = _DIALECT.stream_parser()
+    event: list[str] = []
+    async for line in response.aiter_lines():
+        if line:
+            event.append(line)
+        elif _feed(parser, event):
+            return parser.finish()
+    if _feed(parser, event):  # a last event without its closing blank line
+        return parser.finish()
+    raise ModelCallError("the model stream ended before data: [DONE]")
+
+
 def _feed(parser: Any, lines: list[str]) -> bool:
     """Hand one SSE event (its lines, cleared here) to the parser; True at ``data: [DONE]``.
     An error event (the interception reports a failure after the stream began) raises."""
@@ -396,7 +428,7 @@ def _feed(parser: Any, lines: list[str]) -> bool:
     if is_sse_done_event(raw):
         return True
     if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
-        raise ModelCallError(_error_message(chunk))
+        raise ModelCallError(_error_message(chunk), reported=True)
     parser.feed(raw)
     return False
 

@@ -17,13 +17,16 @@ A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``ht
 request error, not worth retrying), ``http_429`` (rate limited, with ``Retry-After:
 retry_after``), ``timeout`` (no answer until the server stops or ``hang_seconds`` pass),
 ``no_done`` (a stream that sends every chunk, then only SSE keepalive comments, never ``data:
-[DONE]``, until ``hang_seconds`` pass), ``malformed_json`` (a body or SSE event that is not
+[DONE]``, until ``hang_seconds`` pass), ``stream_error`` (what llama.cpp does when a request
+exceeds its context: a streamed request gets HTTP 200 and one ``data: {"error": {...}}`` event,
+code 400, then the stream ends; a non-streamed one gets the same error as an HTTP 400),
+``malformed_json`` (a body or SSE event that is not
 JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
 requests of its call and then the call is answered normally, which is how retries are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
-every message, completion tokens over the reply.
+every message, completion tokens over the reply; ``usage=False`` sends none, streamed or not.
 
 As a command (a local endpoint for ``vf-eval``; the benchmarks run it so too, so the server
 does not share their interpreter)::
@@ -68,7 +71,9 @@ __all__ = [
     "spawned",
 ]
 
-Fault = Literal["http_500", "http_400", "http_429", "timeout", "no_done", "malformed_json", "empty"]
+Fault = Literal["http_500", "http_400", "http_429", "timeout", "no_done", "stream_error", "malformed_json", "empty"]
+CONTEXT_ERROR = "request (4476 tokens) exceeds the available context size (4096 tokens)"
+"""The message of the ``stream_error`` fault (llama.cpp's wording)."""
 
 
 @dataclass(frozen=True)
@@ -175,11 +180,14 @@ class ModelServer:
         hang_seconds: float = 60.0,
         port: int = 0,
         retry_after: float = 1.0,
+        usage: bool = True,
     ) -> None:
         self.script = script or (lambda call: "ok")
         self.model = model
         self.hang_seconds = hang_seconds
         self.retry_after = retry_after
+        self.usage = usage
+        """False: no usage at all, in a body or a stream (as some servers do)."""
         self.requests: list[RecordedRequest] = []
         self.port = port
         """The port asked for (0: one the OS picks); after ``start()``, the port served."""
@@ -292,6 +300,11 @@ class ModelServer:
             except TimeoutError:
                 pass
             return _error(504, "scripted fault: answered after the hang")
+        if fault == "stream_error":
+            error = {"error": {"code": 400, "message": CONTEXT_ERROR, "type": "exceed_context_size_error"}}
+            if not stream:
+                return web.json_response(error, status=400)
+            return web.Response(body=b"data: " + json.dumps(error).encode() + b"\n\n", content_type="text/event-stream")
         if fault == "empty":
             return web.Response(status=200, content_type="text/event-stream" if stream else "application/json")
         if fault == "malformed_json":
@@ -301,9 +314,11 @@ class ModelServer:
                 )
             return web.Response(body=b'{"id": "x", "choices": [', content_type="application/json")
         completion = self._completion(call, reply)
+        if not self.usage:
+            del completion["usage"]
         if not stream:
             return web.json_response(completion)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = self.usage and bool((body.get("stream_options") or {}).get("include_usage"))
         stream_response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream_response.prepare(request)
         for chunk in _chunks(completion, include_usage):

@@ -27,6 +27,10 @@ class OverlongConfig(vf.BaseConfig):
     """L_max: a response longer than this gets −1."""
     cache_tokens: int = Field(4096, ge=0)
     """L_cache: the interval before L_max over which the penalty ramps from 0 to −1."""
+    tokenizer: str | None = None
+    """The model's tokenizer (a Hugging Face name or a local directory), to count a response's
+    tokens from its text (reasoning included) when the trace has neither sampled tokens nor the
+    provider's usage; loaded before the episodes run (see :mod:`stepwise_dapo_math.tokens`)."""
 
     @model_validator(mode="after")
     def _cache_within_max(self) -> OverlongConfig:

@@ -27,6 +27,7 @@ from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
 from stepwise_dapo_math.loaders import DatasetError, load_problems
 from stepwise_dapo_math.shaping import overlong_penalty
 from stepwise_dapo_math.symbolic import shared_checker
+from stepwise_dapo_math.tokens import count_tokens, load_tokenizer
 
 DAPO_TURNS = "dapo_turns"
 
@@ -117,9 +118,15 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
         overlong = None
         if config.overlong.enabled:
             if length is None:
+                fix = (
+                    "; set overlong.tokenizer (--env.taskset.task.overlong.tokenizer) to the model's tokenizer, "
+                    "a Hugging Face name or local directory, to count them from the reply's text"
+                    if config.overlong.tokenizer is None
+                    else ""
+                )
                 raise ValueError(
                     f"task {self.key}: overlong shaping needs the response's token count, "
-                    "but the trace has neither sampled tokens nor provider usage for it"
+                    f"but the trace has neither sampled tokens nor provider usage for it{fix}"
                 )
             overlong = overlong_penalty(length, config.overlong.max_tokens, config.overlong.cache_tokens)
         timed_out, error = False, None
@@ -162,7 +169,9 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
     async def score_last_reply(self, trace: vf.Trace, reply: str) -> tuple[TurnScore, dict]:
         """Score ``reply``, the trace's last model response, and its ``dapo_turns`` record."""
         node = last_sampled_node(trace)
-        score = await self.score_reply(reply, response_length(trace, node))
+        overlong = self.config.overlong
+        tokenizer = overlong.tokenizer if overlong.enabled else None
+        score = await self.score_reply(reply, response_length(trace, node, tokenizer))
         return score, score.record(node)
 
     @cached_property
@@ -182,6 +191,9 @@ class DapoMathTaskset(vf.Taskset[DapoMathTask, DapoMathTasksetConfig]):
     (``--env.taskset.dataset`` / ``--env.taskset.path``; see :class:`DapoMathTasksetConfig`)."""
 
     def load(self) -> list[DapoMathTask]:
+        overlong = self.config.task.overlong
+        if overlong.enabled and overlong.tokenizer:
+            load_tokenizer(overlong.tokenizer)  # a name that cannot load stops the run before any episode
         problems = load_problems(self.config)
         if not problems:
             raise DatasetError(
@@ -213,17 +225,24 @@ def response_lengths(trace: vf.Trace) -> list[int | None]:
     return [response_length(trace, i) for i, node in enumerate(trace.nodes) if node.sampled]
 
 
-def response_length(trace: vf.Trace, index: int | None) -> int | None:
+def response_length(trace: vf.Trace, index: int | None, tokenizer: str | None = None) -> int | None:
     """Token count of the model response ``trace.nodes[index]``: the node's sampled tokens
     (train client), else the provider's ``completion_tokens`` for the call that produced it
-    (eval client), else None (also when ``index`` is None: the model never spoke)."""
+    (eval client), else its text (reasoning and content) counted with ``tokenizer`` when given
+    (``overlong.tokenizer``), else None (also when ``index`` is None: the model never spoke)."""
     if index is None:
         return None
     node = trace.nodes[index]
     if len(node.token_ids):  # a list, or an array from newer train clients
         return node.mask.count(True)
     call = next((call for call in reversed(trace.calls) if call.node == index), None)
-    return call.usage.completion_tokens if call is not None and call.usage is not None else None
+    if call is not None and call.usage is not None:
+        return call.usage.completion_tokens
+    if tokenizer is None:
+        return None
+    message = node.message
+    content = message.content if isinstance(message.content, str) else None
+    return count_tokens(tokenizer, getattr(message, "reasoning_content", None), content)
 
 
 def last_sampled_node(trace: vf.Trace) -> int | None:
