@@ -19,7 +19,8 @@ import verifiers.v1 as vf
 from trl import GRPOConfig
 
 from verifiers_stepwise.estimators.registry import get_estimator
-from verifiers_stepwise.hosts.trl.endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, parse_request
+from verifiers_stepwise.hosts.trl.endpoint import TokenEndpoint
 from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
