@@ -40,21 +40,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
-from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, TURN_INDEX, TURN_REWARD, StepwiseAdvantage
+from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage, requires_torchtitan
 from verifiers_stepwise.traces.turns import read_turns
 
-with requires(
-    "verifiers_stepwise.hosts.torchtitan_verifiers",
-    "torchtitan",
-    "torch",
-    "renderers",
-    "tyro",
-    extra="torchtitan",
-    trainer="torchtitan",
-    gpu_only=GPU_ONLY,
-):
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_verifiers", "tyro"):
     import tyro
     from torchtitan.config import Configurable
     from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
