@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from openai import APIStatusError, AsyncOpenAI
 from renderers import ParsedResponse
@@ -69,3 +70,14 @@ def test_no_completion_is_an_http_503_the_client_sees(reply):
 def test_a_reply_has_one_logprob_per_token():
     with pytest.raises(ValueError, match="2 completion tokens but 1 logprobs"):
         Generation([1, 2], [-0.5])
+
+
+def test_a_malformed_request_is_an_http_400_naming_the_field():
+    async def go():
+        async with TokenEndpoint(lambda request: None) as endpoint:
+            url = endpoint.base_url.removesuffix("/v1") + "/inference/v1/generate"
+            async with httpx.AsyncClient() as http:
+                return await http.post(url, json={"token_ids": [1], "sampling_params": {"top_p": 0}})
+
+    response = asyncio.run(go())
+    assert response.status_code == 400 and "top_p" in response.text
