@@ -4,8 +4,9 @@
     class MyServer(ThreadedServer): ...     # its own thread and loop: start()/stop(), a context manager
 
 The port is the one asked for, or with 0 one the OS picks. Bodies up to 1 GiB are read (a long
-context arrives as one JSON body); a stop gives requests in flight 0.5 s to finish. Used by the
-hosts' token endpoints and by ``testing.server``; imports only aiohttp (a core dependency).
+context arrives as one JSON body); nothing is access-logged (a training run makes thousands of
+requests); a stop gives requests in flight 0.5 s to finish. Used by the hosts' token endpoints
+and by ``testing.server``; imports only aiohttp (a core dependency).
 """
 
 from __future__ import annotations
