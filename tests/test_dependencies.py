@@ -47,21 +47,50 @@ def _packages() -> dict[str, list[str]]:
     return dict(packages_distributions())
 
 
+def sources(package: Path) -> Iterator[tuple[Path, ast.Module]]:
+    for path in sorted(package.rglob("*.py")):
+        if "fixtures" not in path.relative_to(package).parts:
+            yield path, ast.parse(path.read_text(), str(path))
+
+
+def guards(package: Path) -> dict[str, ast.Call]:
+    """The package's own import guards by name: ``requires`` and each function that returns a
+    ``requires(...)`` call (e.g. ``hosts.torchtitan.requires_torchtitan``)."""
+    found = {"requires": ast.Call(func=ast.Name("requires"), args=[ast.Constant("")], keywords=[])}
+    for _, tree in sources(package):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Call):
+                        if getattr(ret.value.func, "id", None) == "requires":
+                            found[node.name] = ret.value
+    return found
+
+
+def guard_call(call: ast.expr, known: dict[str, ast.Call]) -> ast.Call | None:
+    """The ``requires(...)`` call a ``with`` item amounts to: a guard's, plus the modules this call adds."""
+    name = getattr(call.func, "id", None) if isinstance(call, ast.Call) else None
+    if name not in known:
+        return None
+    assert isinstance(call, ast.Call)
+    guard = known[name]
+    return ast.Call(func=guard.func, args=[*guard.args, *call.args[1:]], keywords=guard.keywords or call.keywords)
+
+
 def imports(package: Path) -> Iterator[tuple[str, str, ast.Call | None]]:
     """(file, top-level module, the ``requires(...)`` call that guards it or None) per import.
 
-    An import is guarded by the ``with requires(...)`` block around it, or, anywhere in a file,
-    by the file's block that names its module (e.g. a later import inside a function)."""
-    for path in sorted(package.rglob("*.py")):
-        if "fixtures" in path.relative_to(package).parts:
-            continue
-        tree = ast.parse(path.read_text(), str(path))
+    An import is guarded by the ``with requires(...)`` block (or a guard returning one) around
+    it, or, anywhere in a file, by the file's block that names its module (e.g. a later import
+    inside a function)."""
+    known = guards(package)
+    for path, tree in sources(package):
         guarded: dict[int, ast.Call] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.With):
                 for item in node.items:
-                    call = item.context_expr
-                    if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "requires":
+                    call = guard_call(item.context_expr, known)
+                    if call is not None:
                         for inner in ast.walk(node):
                             guarded[id(inner)] = call
         by_module = {module: call for call in guarded.values() for module in named(call)}

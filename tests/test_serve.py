@@ -3,13 +3,11 @@ and driven by its ``EnvClient``."""
 
 from __future__ import annotations
 
-import asyncio
-
 import verifiers.v1 as vf
 from stepwise_refine.arithmetic import ArithmeticTaskset
-from verifiers.v1.serve import EnvClient, EnvServer
 
 from verifiers_stepwise import get_estimator, read_turns, score_group
+from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
@@ -21,11 +19,7 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
     config = vf.resolve_env_config({"taskset": {"id": "stepwise-refine"}, "max_turns": 3})
     (task,) = list(ArithmeticTaskset(config.taskset).take(1))
     with ModelServer(script) as model:
-        server = EnvServer(config, address="tcp://127.0.0.1:0")
-        serving = asyncio.create_task(server.run())
-        client = EnvClient(server.address)
-        try:
-            await client.wait_for_server_startup(timeout=60, interval=0.2)
+        async with env_server(config) as client:
             deltas: list[dict] = []
             run = dict(
                 client=vf.EvalClientConfig(base_url=model.base_url, api_key_var=KEY_VAR),
@@ -34,10 +28,6 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
                 task_data=task.data.model_dump(mode="json"),
             )
             group = [await client.run(**run, on_delta=deltas.append) for _ in range(3)]
-        finally:
-            await client.close()
-            serving.cancel()
-            await asyncio.gather(serving, return_exceptions=True)
     assert all(isinstance(e, vf.Episode) and e.ok for e in group)
     assert deltas  # the traces streamed in turn by turn
     rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)

@@ -6,7 +6,6 @@ a60a606 in .ci/run's prime-rl environment (and 0.3.1 by hand, see docs/prime-rl.
 
 from __future__ import annotations
 
-import asyncio
 import tomllib
 from importlib.metadata import version
 from itertools import islice
@@ -17,10 +16,10 @@ import verifiers.v1 as vf
 from packaging.requirements import Requirement
 from packaging.version import Version
 from stepwise_refine.arithmetic import ArithmeticTaskset
-from verifiers.v1.serve import EnvClient, EnvServer
 
 from verifiers_stepwise import read_turns
 from verifiers_stepwise.envs import compat
+from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,11 +71,7 @@ async def test_a_refine_episode_runs_through_stepwise_chat_on_this_verifiers(mon
     (task,) = islice(ArithmeticTaskset(config.taskset), 1)
     script = scripted({"17 * 23": PerRollout(["400", "391"], ["391"])})
     with ModelServer(script) as model:
-        server = EnvServer(config, address="tcp://127.0.0.1:0")
-        serving = asyncio.create_task(server.run())
-        client = EnvClient(server.address)
-        try:
-            await client.wait_for_server_startup(timeout=60, interval=0.2)
+        async with env_server(config) as client:
             run = dict(
                 client=vf.EvalClientConfig(base_url=model.base_url, api_key_var=KEY_VAR),
                 model="local-model",
@@ -84,10 +79,6 @@ async def test_a_refine_episode_runs_through_stepwise_chat_on_this_verifiers(mon
                 task_data=task.data.model_dump(mode="json"),
             )
             group = [await client.run(**run) for _ in range(2)]
-        finally:
-            await client.close()
-            serving.cancel()
-            await asyncio.gather(serving, return_exceptions=True)
     assert all(e.ok for e in group), [e.errors for e in group]
     rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
     assert [len(r) for r in rewards] == [1, 2] and all(r[-1] == 1.0 for r in rewards)

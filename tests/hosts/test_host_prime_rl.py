@@ -19,31 +19,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.hosts.conftest import REAL_PRIME_RL
+from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
 from verifiers_stepwise import get_estimator
 from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm, main
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
-
-
-def single_turn(reward: float, n_tokens: int = 3) -> vf.Episode:
-    b = TraceBuilder()
-    b.sample("the answer", n_tokens=n_tokens)
-    return b.episode(reward=reward)
-
-
-def multi_turn(rewards: list[float], tool_turn: int | None = 1) -> vf.Episode:
-    """One trace with a turn per reward; turn ``tool_turn`` makes a tool call first."""
-    b = TraceBuilder()
-    for t, reward in enumerate(rewards):
-        if t:
-            b.add(vf.UserMessage(content=f"feedback on attempt {t}"))
-        nodes = []
-        if t == tool_turn:
-            nodes.append(b.sample(None, tool_calls=[vf.ToolCall(id=f"c{t}", name="run", arguments="{}")]))
-            b.add(vf.ToolMessage(tool_call_id=f"c{t}", content="tool output"))
-        nodes.append(b.sample(f"attempt {t}", n_tokens=2 + t))
-        append_turn(b.trace, reward, nodes)
-    return b.episode(reward=rewards[-1])
+from verifiers_stepwise.traces.turns import TurnSchemaError
 
 
 def algorithm(estimator: str = "stepwise", missing: str = "final_turn", **options) -> StepwiseAlgorithm:
@@ -53,11 +33,6 @@ def algorithm(estimator: str = "stepwise", missing: str = "final_turn", **option
 
 STEPWISE_NONE = algorithm(scale="none")
 ALGORITHMS: dict = {}  # one algorithm per option set: building looks up the entry points
-
-
-def score(algo, episodes: list[vf.Episode]) -> list[vf.Episode]:
-    asyncio.run(algo.finalize_group(episodes))
-    return episodes
 
 
 def node_advantages(episodes: list[vf.Episode]) -> list[list[list[float] | None]]:
@@ -121,7 +96,7 @@ def test_single_turn_matches_prime_rls_grpo_within_float32(rewards):
 )
 def test_each_turns_tokens_carry_that_turns_advantage(groups, options):
     algo = ALGORITHMS.setdefault(tuple(options.items()), algorithm(**options))
-    episodes = score(algo, [multi_turn(rewards) for rewards in groups])
+    episodes = score(algo, [multi_turn(rewards, tool_turn=1) for rewards in groups])
     expected = algo.estimator(groups)
     for episode, values in zip(episodes, expected):
         trace = episode.traces[0]
@@ -137,7 +112,7 @@ def test_trace_without_turn_rewards_scores_its_reward_on_the_last_turn():
     b.add(vf.UserMessage(content="improve it"))
     last = b.sample("final")
     plain = b.episode(reward=1.0)  # no turn_rewards: two sampled nodes, two turns
-    other = multi_turn([0.0, 0.5], tool_turn=None)
+    other = multi_turn([0.0, 0.5])
     score(algorithm(gamma=1.0), [plain, other])
     expected = get_estimator("stepwise", gamma=1.0)([[0.0, 1.0], [0.0, 0.5]])
     assert plain.traces[0].nodes[first].advantages[0] == expected[0][0]
@@ -149,9 +124,7 @@ def test_trace_without_turn_rewards_scores_its_reward_on_the_last_turn():
 
 def test_zero_advantage_turns_carry_exact_zeros():
     # gamma 0, per-turn baseline: turn 0 is equal across the group, turn 1 is not.
-    episodes = score(
-        algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0], None), multi_turn([0.5, 0.0], None)]
-    )
+    episodes = score(algorithm(gamma=0.0, baseline="per_turn"), [multi_turn([0.5, 1.0]), multi_turn([0.5, 0.0])])
     for episode, sign in zip(episodes, (1, -1)):
         turn0, turn1 = (episode.traces[0].nodes[i] for (i,) in episode.traces[0].info["turn_nodes"])
         assert set(turn0.advantages) == {0.0}
@@ -173,7 +146,7 @@ def test_config_fields_are_validated_by_name():
 def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
     algo = algorithm(estimator="last-turn-only", bonus=0.5)
     assert isinstance(algo.estimator.inner, third_party_estimator)  # at prime-rl's float32 resolution
-    episodes = score(algo, [multi_turn([0.0, 1.0], None), multi_turn([0.5], None)])
+    episodes = score(algo, [multi_turn([0.0, 1.0]), multi_turn([0.5])])
     assert [e.traces[0].info["turn_credit"]["advantages"] for e in episodes] == [[0.0, 0.75], [0.25]]
 
 

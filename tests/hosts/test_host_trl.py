@@ -19,7 +19,8 @@ import verifiers.v1 as vf
 from trl import GRPOConfig
 
 from verifiers_stepwise.estimators.registry import get_estimator
-from verifiers_stepwise.hosts.trl.endpoint import GenerateRequest, Generation, TokenEndpoint, parse_request
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, parse_request
+from verifiers_stepwise.hosts.trl.endpoint import TokenEndpoint
 from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
@@ -102,6 +103,17 @@ class Scripted:
         return out
 
 
+def post(endpoint, body) -> tuple[int, str]:
+    """POST ``body`` to the endpoint's ``/inference/v1/generate``: the HTTP status and the answer."""
+    url = endpoint.base_url.removesuffix("/v1") + "/inference/v1/generate"
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
 def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None):
     """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
     with TokenEndpoint(generate) as endpoint:
@@ -176,16 +188,12 @@ def test_a_failing_generator_answers_500_and_a_bad_request_400():
         raise RuntimeError("out of memory")
 
     with TokenEndpoint(broken) as endpoint:
-        root = endpoint.base_url.removesuffix("/v1")
         for body, status, text in [
             ({"token_ids": [1, 2], "sampling_params": {"max_tokens": 4}}, 500, "out of memory"),
             ({"token_ids": [], "sampling_params": {}}, 400, "token_ids"),
         ]:
-            request = urllib.request.Request(f"{root}/inference/v1/generate", json.dumps(body).encode(), method="POST")
-            request.add_header("Content-Type", "application/json")
-            with pytest.raises(urllib.error.HTTPError) as error:
-                urllib.request.urlopen(request, timeout=10)
-            assert error.value.code == status and text in error.value.read().decode()
+            answer_status, answer = post(endpoint, body)
+            assert answer_status == status and text in answer
 
 
 @pytest.mark.parametrize(
@@ -363,21 +371,15 @@ def test_a_generator_can_fail_one_request_of_a_batch():
         return [Generation([5], [-1.0], "length") if r.prompt_ids[0] == 1 else ValueError("no") for r in requests]
 
     with TokenEndpoint(half, batch_window=0.2) as endpoint:
-        root = endpoint.base_url.removesuffix("/v1")
 
-        def post(first):
-            body = json.dumps({"token_ids": [first, 2], "sampling_params": {}}).encode()
-            request = urllib.request.Request(f"{root}/inference/v1/generate", body, method="POST")
-            request.add_header("Content-Type", "application/json")
-            try:
-                return json.loads(urllib.request.urlopen(request, timeout=10).read())["choices"][0]["token_ids"]
-            except urllib.error.HTTPError as error:
-                return error.code
+        def tokens(first):
+            status, answer = post(endpoint, {"token_ids": [first, 2], "sampling_params": {}})
+            return json.loads(answer)["choices"][0]["token_ids"] if status == 200 else status
 
         import concurrent.futures
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            assert list(pool.map(post, [1, 3])) == [[5], 500]
+            assert list(pool.map(tokens, [1, 3])) == [[5], 500]
         assert endpoint.calls == 1
 
 

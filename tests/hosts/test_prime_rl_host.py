@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.hosts.conftest import needs_prime_rl
+from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
 from verifiers_stepwise import get_estimator
 from verifiers_stepwise.hosts.prime_rl import MODULE, StepwiseAlgoConfig, StepwiseAlgorithm, register
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
@@ -99,27 +100,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def multi_turn(rewards: list[float], tool_turn: int | None = None) -> vf.Episode:
-    """One token-bearing trace with a turn per reward; turn ``tool_turn`` calls a tool first."""
-    b = TraceBuilder()
-    for t, reward in enumerate(rewards):
-        if t:
-            b.add(vf.UserMessage(content=f"feedback on attempt {t}"))
-        nodes = []
-        if t == tool_turn:
-            nodes.append(b.sample(None, tool_calls=[vf.ToolCall(id=f"c{t}", name="run", arguments="{}")]))
-            b.add(vf.ToolMessage(tool_call_id=f"c{t}", content="tool output"))
-        nodes.append(b.sample(f"attempt {t}", n_tokens=2 + t))
-        append_turn(b.trace, reward, nodes)
-    return b.episode(reward=rewards[-1])
-
-
-def single_turn(reward: float) -> vf.Episode:
-    b = TraceBuilder()
-    b.sample("the answer", n_tokens=3)
-    return b.episode(reward=reward)
-
-
 @functools.cache
 def _built(config: str) -> StepwiseAlgorithm:
     from prime_rl.orchestrator.algo import build_algorithm
@@ -134,11 +114,6 @@ def built(**config) -> StepwiseAlgorithm:
     """The algorithm prime-rl's ``build_algorithm`` builds from a stepwise config (one per config:
     building looks up the estimator entry points)."""
     return _built(json.dumps(config, sort_keys=True))
-
-
-def score(algo, episodes: list[vf.Episode]) -> list[vf.Episode]:
-    asyncio.run(algo.finalize_group(episodes))
-    return episodes
 
 
 def expected_token_advantages(trace: vf.Trace, branch) -> list[float]:

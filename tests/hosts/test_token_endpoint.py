@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from openai import APIStatusError, AsyncOpenAI
 from renderers import ParsedResponse
 from renderers.client import generate
 
-from verifiers_stepwise.hosts.token_endpoint import TokenEndpoint, TokenReply
+from verifiers_stepwise.hosts.token_endpoint import Generation, TokenEndpoint
 
 
 class _Renderer:
@@ -50,10 +51,10 @@ def call(reply):
 
 
 def test_a_reply_reaches_the_train_client_with_its_tokens_and_logprobs():
-    result, (request,) = call(TokenReply([5, 6, 9], [-0.5, -0.25, -0.125], "stop"))
+    result, (request,) = call(Generation([5, 6, 9], [-0.5, -0.25, -0.125], "stop"))
     assert (result["completion_ids"], result["completion_logprobs"]) == ([5, 6, 9], [-0.5, -0.25, -0.125])
     assert result["prompt_ids"] == [1, 2, 3] and result["finish_reason"] == "stop"
-    assert request.token_ids == [1, 2, 3] and request.session_id == "trace-1" and request.model == "policy"
+    assert request.prompt_ids == [1, 2, 3] and request.session_id == "trace-1" and request.model == "policy"
     assert request.sampling["max_tokens"] == 8 and request.sampling["seed"] == 4
     assert request.sampling["stop_token_ids"] == [9] and request.sampling["logprobs"] == 1
 
@@ -68,4 +69,15 @@ def test_no_completion_is_an_http_503_the_client_sees(reply):
 
 def test_a_reply_has_one_logprob_per_token():
     with pytest.raises(ValueError, match="2 completion tokens but 1 logprobs"):
-        TokenReply([1, 2], [-0.5])
+        Generation([1, 2], [-0.5])
+
+
+def test_a_malformed_request_is_an_http_400_naming_the_field():
+    async def go():
+        async with TokenEndpoint(lambda request: None) as endpoint:
+            url = endpoint.base_url.removesuffix("/v1") + "/inference/v1/generate"
+            async with httpx.AsyncClient() as http:
+                return await http.post(url, json={"token_ids": [1], "sampling_params": {"top_p": 0}})
+
+    response = asyncio.run(go())
+    assert response.status_code == 400 and "top_p" in response.text

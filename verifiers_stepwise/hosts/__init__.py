@@ -9,8 +9,8 @@
     tinker       tinker-cookbook's ``compute_advantages`` / ``assemble_training_data``
     trl          TRL's ``GRPOTrainer`` on verifiers episodes run in-process (a subpackage)
 
-``token_endpoint`` is the token-level ``/inference/v1/generate`` HTTP layer verifiers' train
-client talks to, with the generator injected (the TRL host serves its model through it).
+``token_endpoint`` is the token-level ``/inference/v1/generate`` protocol verifiers' train
+client talks to, with the generator injected (the TRL host's batching endpoint speaks it too).
 
 Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
 an estimator picked by its registered name (so any installed estimator works on every host),

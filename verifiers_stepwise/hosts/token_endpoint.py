@@ -1,52 +1,77 @@
-"""A local token-in/token-out endpoint for verifiers' train client, with the generator injected.
+"""The token-in/token-out endpoint verifiers' train client calls, with the generator injected.
 
-    async with TokenEndpoint(generate) as endpoint:
-        client = vf.TrainClientConfig(base_url=endpoint.base_url, api_key_var="", renderer=...)
+Verifiers 0.4.0's ``TrainClient`` (``verifiers/v1/clients/train.py``) renders each prompt to
+token ids itself and calls ``renderers.client.generate`` (renderers 0.1.12), which posts to
+vLLM's endpoint at the server root (both checked in their 0.4.0 / 0.1.12 sources):
 
-Verifiers 0.4.0's ``TrainClient`` renders each prompt to token ids itself (``renderers``) and
-calls ``renderers.client.generate``, which POSTs vLLM's ``/inference/v1/generate``:
+    POST /inference/v1/generate, header ``X-Session-ID`` = the trace id (plus the client
+      config's ``headers``)
+      {"model", "token_ids": [int], "sampling_params": {"max_tokens", "temperature", "top_p",
+       "seed", ..., "stop_token_ids": [int], "logprobs": 1}}   (only the fields the run sets)
+    -> {"request_id", "prompt_token_ids": [int],
+        "choices": [{"index": 0, "token_ids": [int], "finish_reason": "stop" | "length",
+                     "logprobs": {"content": [{"token": "token_id:<id>", "logprob": float}]}}]}
 
-    request   {"model", "token_ids": [...], "sampling_params": {..., "stop_token_ids",
-               "logprobs": 1, "max_tokens", "temperature", "top_p", "seed"}}, header
-              ``X-Session-ID`` = the trace id, plus the client config's ``headers``
-    response  {"request_id", "choices": [{"token_ids": [...], "finish_reason",
-               "logprobs": {"content": [{"token": "token_id:<id>", "logprob": x}, ...]}}]}
+and reads ``GET /v1/models`` once per (base_url, model) for the card's ``max_model_len`` (none:
+the client's pre-flight length check is off). This module is that protocol: ``parse_request``
+(a malformed request answers HTTP 400 naming the field), the response, the errors, and the
+routes answering through an injected ``generate``. A ``generate`` that raises, or returns
+None, answers ``failure_status`` with the reason, which verifiers records as a model error
+on the trace. Two servers use it:
 
-and reads ``GET /v1/models`` once per (base_url, model) for a ``max_model_len`` (an empty list
-means "unknown", which disables the pre-flight length check). This module speaks exactly that
-and nothing else; ``generate`` decides the tokens: torchtitan's generator in
-``hosts.torchtitan_verifiers``, a script in tests. A ``generate`` that raises, or returns
-None, answers HTTP 503 with the reason, which verifiers records as a model error on the trace.
+- :class:`TokenEndpoint` here: in the running event loop, each request awaited on its own
+  (torchtitan's async generator, ``hosts.torchtitan_verifiers``; HTTP 503 on failure);
+- ``hosts.trl.endpoint.TokenEndpoint``: its own thread, the waiting requests batched for a
+  local model (TRL; HTTP 500 on failure).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["SESSION_HEADER", "TokenEndpoint", "TokenReply", "TokenRequest"]
+from verifiers_stepwise.loopback import serve
+
+__all__ = [
+    "SESSION_HEADER",
+    "AsyncGenerate",
+    "GenerateRequest",
+    "Generation",
+    "TokenEndpoint",
+    "generate_routes",
+    "parse_request",
+]
 
 SESSION_HEADER = "X-Session-ID"  # verifiers.v1.clients.client.SESSION_ID_HEADER (0.4.0)
 
 
 @dataclass(frozen=True, slots=True)
-class TokenRequest:
-    """One generation request, as the train client sent it."""
+class GenerateRequest:
+    """One ``/inference/v1/generate`` call, as the generator sees it (``parse_request``)."""
 
-    token_ids: list[int]
-    sampling: dict[str, Any]
-    model: str
-    session_id: str | None
+    prompt_ids: list[int]
+    max_tokens: int | None = None
+    """None: until a stop token or the model's context ends."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    """``sampling_params`` as sent: only the fields the client set (verifiers drops unset ones)."""
+    model: str = ""
+    session_id: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
-class TokenReply:
-    """The sampled completion: one logprob per token; ``finish_reason`` as vLLM reports it."""
+class Generation:
+    """The sampled completion: one logprob per token; ``finish_reason`` as vLLM reports it
+    (``"stop"``: it ends in a stop token, ``"length"``: cut at ``max_tokens``)."""
 
     token_ids: list[int]
     logprobs: list[float]
@@ -57,21 +82,102 @@ class TokenReply:
             raise ValueError(f"{len(self.token_ids)} completion tokens but {len(self.logprobs)} logprobs")
 
 
-TokenGenerate = Callable[[TokenRequest], Awaitable[TokenReply | None]]
+AsyncGenerate = Callable[[GenerateRequest], Awaitable[Generation | None]]
+"""Answers one request; None (no completion) fails it like an exception does."""
+
+
+def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> GenerateRequest:
+    """The request a ``/inference/v1/generate`` body asks for; raises ValueError naming a bad field."""
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    ids = body["token_ids"]
+    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and t >= 0 for t in ids):
+        raise ValueError("token_ids must be a non-empty list of token ids")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise ValueError("sampling_params must be a JSON object")
+    max_tokens = params.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
+    temperature = float(params.get("temperature", 1.0))
+    top_p = float(params.get("top_p", 1.0))
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
+    seed = params.get("seed")
+    headers = headers or {}
+    return GenerateRequest(
+        prompt_ids=ids,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
+        seed=int(seed) if seed is not None else None,
+        sampling=params,
+        model=str(body.get("model", "")),
+        session_id=headers.get(SESSION_HEADER),
+        headers=headers,
+    )
+
+
+def generate_routes(
+    generate: AsyncGenerate, *, failure_status: int, model: str = "policy", max_model_len: int | None = None
+) -> list[web.RouteDef]:
+    """``POST /inference/v1/generate`` answered by ``generate``, and ``GET /v1/models`` listing
+    ``model`` (with ``max_model_len`` when given)."""
+    ids = itertools.count()
+
+    async def generate_route(http: web.Request) -> web.Response:
+        try:
+            request = parse_request(await http.json(), http.headers)
+        except (ValueError, TypeError, KeyError) as error:
+            return _error(400, f"bad generate request: {error}")
+        try:
+            generation = await generate(request)
+        except Exception as error:  # the trace records it as a model error; the run goes on
+            return _error(failure_status, f"generation failed: {type(error).__name__}: {error}")
+        if generation is None:
+            return _error(failure_status, "generation failed: the generator produced no completion")
+        content = [
+            {"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(generation.token_ids, generation.logprobs)
+        ]
+        choice = {
+            "index": 0,
+            "token_ids": generation.token_ids,
+            "finish_reason": generation.finish_reason,
+            "logprobs": {"content": content},
+        }
+        return web.json_response(
+            {"request_id": f"gen-{next(ids)}", "prompt_token_ids": request.prompt_ids, "choices": [choice]}
+        )
+
+    async def models_route(_: web.Request) -> web.Response:
+        card: dict[str, Any] = {"id": model, "object": "model"}
+        if max_model_len is not None:
+            card["max_model_len"] = max_model_len
+        return web.json_response({"object": "list", "data": [card]})
+
+    return [web.post("/inference/v1/generate", generate_route), web.get("/v1/models", models_route)]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "generate_error", "code": status}}, status=status)
 
 
 class TokenEndpoint:
-    """Serves ``generate`` on an OS-assigned 127.0.0.1 port in the running event loop.
+    """Serves ``generate`` on an OS-assigned 127.0.0.1 port in the running event loop:
 
-    ``base_url`` ends in ``/v1`` as verifiers' client configs expect; ``requests`` counts the
-    generations served."""
+        async with TokenEndpoint(generate) as endpoint:
+            client = vf.TrainClientConfig(base_url=endpoint.base_url, api_key_var="", renderer=...)
 
-    def __init__(self, generate: TokenGenerate) -> None:
+    ``base_url`` ends in ``/v1`` as verifiers' client configs expect. Its generator is a remote
+    one (torchtitan's), so a failure is HTTP 503 (service unavailable)."""
+
+    def __init__(self, generate: AsyncGenerate) -> None:
         self._generate = generate
-        self._ids = itertools.count()
         self._runner: web.AppRunner | None = None
         self.base_url = ""
-        self.requests = 0
 
     async def __aenter__(self) -> TokenEndpoint:
         await self.start()
@@ -81,41 +187,10 @@ class TokenEndpoint:
         await self.close()
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=1 << 30)  # long contexts arrive as one JSON body
-        app.router.add_post("/inference/v1/generate", self._serve)
-        app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
+        self._runner, port = await serve(generate_routes(self._generate, failure_status=503))
         self.base_url = f"http://127.0.0.1:{port}/v1"
 
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
-    async def _serve(self, http: web.Request) -> web.Response:
-        body = await http.json()
-        request = TokenRequest(
-            token_ids=list(body["token_ids"]),
-            sampling=dict(body.get("sampling_params") or {}),
-            model=body.get("model", ""),
-            session_id=http.headers.get(SESSION_HEADER),
-            headers=http.headers,
-        )
-        request_id = f"gen-{next(self._ids)}"
-        try:
-            reply = await self._generate(request)
-        except Exception as error:  # the trace records it as a model error; the run goes on
-            return web.json_response({"error": f"{type(error).__name__}: {error}"}, status=503)
-        if reply is None:
-            return web.json_response({"error": "the generator produced no completion"}, status=503)
-        self.requests += 1
-        content = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(reply.token_ids, reply.logprobs)]
-        choice = {"token_ids": reply.token_ids, "finish_reason": reply.finish_reason, "logprobs": {"content": content}}
-        return web.json_response({"request_id": request_id, "choices": [choice]})

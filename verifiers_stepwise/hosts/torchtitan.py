@@ -36,6 +36,7 @@ and the builder drops the same groups torchtitan's does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any
@@ -47,16 +48,24 @@ from verifiers_stepwise.hosts import estimator_from, score_turns
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
 """Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
 
-# The extra's packages missing: install the extra; anything else torchtitan needs: name it.
-with requires(
-    "verifiers_stepwise.hosts.torchtitan",
-    "torchtitan",
-    "torch",
-    "renderers",
-    extra="torchtitan",
-    trainer="torchtitan",
-    gpu_only=GPU_ONLY,
-):
+
+def requires_torchtitan(feature: str, *modules: str) -> AbstractContextManager[None]:
+    """The import guard of a module that imports torchtitan: one of the torchtitan extra's
+    packages missing (torchtitan, torch, renderers, and ``modules``) says to install the extra;
+    anything else torchtitan needs is named (``TrainerDependencyMissing``), a GPU-only one as such."""
+    return requires(
+        feature,
+        "torchtitan",
+        "torch",
+        "renderers",
+        *modules,
+        extra="torchtitan",
+        trainer="torchtitan",
+        gpu_only=GPU_ONLY,
+    )
+
+
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
     from torchtitan.config import Configurable
 
     try:  # torchtitan 0.3.0
@@ -81,6 +90,7 @@ __all__ = [
     "TurnAdvantages",
     "check_credit",
     "env_turns",
+    "requires_torchtitan",
     "stepwise_advantage",
 ]
 

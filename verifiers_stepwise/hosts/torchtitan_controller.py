@@ -11,16 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, check_credit
+from verifiers_stepwise.hosts.torchtitan import check_credit, requires_torchtitan
 
-with requires(
-    "verifiers_stepwise.hosts.torchtitan_controller",
-    "torchtitan",
-    extra="torchtitan",
-    trainer="torchtitan",
-    gpu_only=GPU_ONLY,
-):
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_controller"):
     from torchtitan.experiments.rl.controller import Controller
 
 __all__ = ["StepwiseController", "stepwise_controller"]

@@ -41,8 +41,12 @@ import importlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage, StepwiseTrainingSampleBuilder, stepwise_advantage
+from verifiers_stepwise.hosts.torchtitan import (
+    StepwiseAdvantage,
+    StepwiseTrainingSampleBuilder,
+    requires_torchtitan,
+    stepwise_advantage,
+)
 from verifiers_stepwise.hosts.torchtitan_verifiers import credit_rollout_turns
 
 __all__ = ["StepwiseVerifiersRollouter", "rl_stepwise_dapo_qwen3_4b_verifiers_8k", "with_stepwise_credit"]
@@ -100,7 +104,7 @@ def with_stepwise_credit(config: Any, **options: float | int | str | bool) -> An
 def rl_stepwise_dapo_qwen3_4b_verifiers_8k() -> Any:
     """torchtitan main's ``rl_dapo_qwen3_4b_verifiers_8k`` with per-turn credit (Dr.GRPO centring,
     as that recipe's default estimator)."""
-    with requires("verifiers_stepwise.hosts.torchtitan_main", "torchtitan", extra="torchtitan", trainer="torchtitan"):
+    with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_main"):
         from torchtitan.rl.examples.verifiers.dapo_math.config_registry import rl_dapo_qwen3_4b_verifiers_8k
 
     return with_stepwise_credit(rl_dapo_qwen3_4b_verifiers_8k(), scale="none")

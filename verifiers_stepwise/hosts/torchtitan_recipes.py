@@ -28,24 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts.torchtitan import (
-    GPU_ONLY,
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
+    requires_torchtitan,
     stepwise_advantage,
 )
 from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
 
-with requires(
-    "verifiers_stepwise.hosts.torchtitan_recipes",
-    "torchtitan",
-    "torch",
-    "renderers",
-    extra="torchtitan",
-    trainer="torchtitan",
-    gpu_only=GPU_ONLY,
-):
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_recipes"):
     from renderers import Message
     from torchtitan.experiments.rl.environment import MessageEnvStepOutput, TokenEnv
     from torchtitan.experiments.rl.examples.dapo_math.data import DapoMathSample
@@ -185,15 +176,7 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
 def _torchtitan_dapo_recipe() -> tuple[Controller.Config, Any]:
     """torchtitan's 8K DAPO-Math config and ``stepwise_controller``, or TrainerDependencyMissing."""
     # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
-    with requires(
-        "verifiers_stepwise.hosts.torchtitan_recipes",
-        "torchtitan",
-        "torch",
-        "renderers",
-        extra="torchtitan",
-        trainer="torchtitan",
-        gpu_only=GPU_ONLY,
-    ):
+    with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_recipes"):
         from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
 
         from verifiers_stepwise.hosts.torchtitan_controller import stepwise_controller

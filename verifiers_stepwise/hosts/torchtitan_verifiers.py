@@ -40,21 +40,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts.token_endpoint import TokenEndpoint, TokenReply, TokenRequest
-from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, TURN_INDEX, TURN_REWARD, StepwiseAdvantage
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
+from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage, requires_torchtitan
 from verifiers_stepwise.traces.turns import read_turns
 
-with requires(
-    "verifiers_stepwise.hosts.torchtitan_verifiers",
-    "torchtitan",
-    "torch",
-    "renderers",
-    "tyro",
-    extra="torchtitan",
-    trainer="torchtitan",
-    gpu_only=GPU_ONLY,
-):
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_verifiers", "tyro"):
     import tyro
     from torchtitan.config import Configurable
     from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
@@ -404,18 +394,17 @@ class VerifiersRollouter(Rollouter):
         route.sampling = sampling
         return route
 
-    async def _generate(self, request: TokenRequest) -> TokenReply | None:
+    async def _generate(self, request: GenerateRequest) -> Generation | None:
         route = self._routes.get(request.headers.get(ROUTE_HEADER, ""))
         if route is None:
             raise LookupError(f"no generator for route {request.headers.get(ROUTE_HEADER)!r}")
-        wanted = request.sampling
+        sent = ("temperature", "top_p", "max_tokens", "seed")  # the rest keep the group's sampling
         sampling = replace(
-            route.sampling,
-            **{name: wanted[name] for name in ("temperature", "top_p", "max_tokens", "seed") if name in wanted},
+            route.sampling, **{name: getattr(request, name) for name in sent if name in request.sampling}
         )
         session = request.session_id or "no-session"
         completion = await route.generate_fn(
-            request.token_ids,
+            request.prompt_ids,
             request_id=f"{session}/call={next(self._calls)}",
             routing_session_id=session,  # a trace's calls share one generator's prefix cache
             sampling_config=sampling,
@@ -426,7 +415,7 @@ class VerifiersRollouter(Rollouter):
         versions.low = min(v for v in (versions.low, completion.min_policy_version) if v is not None)
         versions.high = max(v for v in (versions.high, completion.max_policy_version) if v is not None)
         versions.metrics.extend(completion.metrics)
-        return TokenReply(
+        return Generation(
             list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop"
         )
 

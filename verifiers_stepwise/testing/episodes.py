@@ -1,18 +1,22 @@
 """Run an environment's episodes in-process against a model endpoint, grouped by task.
 
-The same path ``vf-eval`` takes for each rollout (``env.serving()``, ``env.slots``,
-``env.run_slot``), without the CLI around it, so tests can read the live ``vf.Episode``\\ s.
+``run_groups`` takes the same path ``vf-eval`` takes for each rollout (``env.serving()``,
+``env.slots``, ``env.run_slot``), without the CLI around it, so tests can read the live
+``vf.Episode``\\ s; ``env_server`` runs them through verifiers' env server instead, as a
+trainer's orchestrator does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import verifiers.v1 as vf
+from verifiers.v1.serve import EnvClient, EnvServer
 
-__all__ = ["run_groups"]
+__all__ = ["env_server", "run_groups"]
 
 
 async def run_groups(
@@ -37,3 +41,20 @@ async def run_groups(
         slots = [env.slots(task, rollouts) for task in tasks]
         episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for group in slots for slot in group))
     return [list(episodes[i * rollouts : (i + 1) * rollouts]) for i in range(len(tasks))]
+
+
+@contextlib.asynccontextmanager
+async def env_server(config: vf.EnvConfig) -> AsyncIterator[EnvClient]:
+    """verifiers' env server (``verifiers.v1.serve``) for ``config`` on a free loopback port in
+    this event loop, and a client that has seen it start (``client.run(...)`` runs an episode);
+    both stop with the block."""
+    server = EnvServer(config, address="tcp://127.0.0.1:0")
+    serving = asyncio.create_task(server.run())
+    client = EnvClient(server.address)
+    try:
+        await client.wait_for_server_startup(timeout=60, interval=0.2)
+        yield client
+    finally:
+        await client.close()
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)

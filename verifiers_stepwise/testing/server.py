@@ -60,6 +60,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from verifiers_stepwise.loopback import ThreadedServer
+
 __all__ = [
     "ChatCall",
     "ModelServer",
@@ -169,8 +171,10 @@ class RecordedRequest:
     body: dict | None
 
 
-class ModelServer:
+class ModelServer(ThreadedServer):
     """The server; use as a context manager or call ``start()``/``stop()``."""
+
+    what = "model server"
 
     def __init__(
         self,
@@ -189,20 +193,11 @@ class ModelServer:
         self.usage = usage
         """False: no usage at all, in a body or a stream (as some servers do)."""
         self.requests: list[RecordedRequest] = []
-        self.port = port
-        """The port asked for (0: one the OS picks); after ``start()``, the port served."""
+        super().__init__(port)
         self._fired: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         # What a hanging reply waits on; each start makes a fresh one in the server's loop (_open).
         self._closing = asyncio.Event()
-        self._error: BaseException | None = None
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL, ``http://127.0.0.1:<port>/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def chat_requests(self) -> list[dict]:
@@ -212,59 +207,16 @@ class ModelServer:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> ModelServer:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(self._loop, ready), name="model-server", daemon=True)
-        self._thread.start()
-        if not ready.wait(30):
-            raise RuntimeError("model server did not start within 30 s")
-        if self._error is not None:
-            raise RuntimeError(f"model server failed to start on port {self.port}: {self._error}") from self._error
-        return self
-
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        loop, self._loop = self._loop, None
-        loop.call_soon_threadsafe(self._closing.set)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(30)
-        self._thread = None
-
-    def __enter__(self) -> ModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _serve(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            runner = loop.run_until_complete(self._open())
-        except BaseException as error:  # reported to start()
-            self._error = error
-            ready.set()
-            return
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-    async def _open(self) -> web.AppRunner:
+    async def _open(self) -> list[web.RouteDef]:
         self._closing = asyncio.Event()
-        app = web.Application(client_max_size=1024**3)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", self.port)
-        await site.start()
-        self.port = runner.addresses[0][1]
-        return runner
+        return [
+            web.post("/v1/chat/completions", self._chat),
+            web.post("/chat/completions", self._chat),
+            web.get("/v1/models", self._models),
+        ]
+
+    def _stopping(self) -> None:
+        self._closing.set()
 
     # -- handlers -----------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
     trainer     StepwiseGRPOTrainer: the GRPOTrainer subclass, its rollout function and metrics
     rollout     episodes → TRL samples (prompt/completion ids, env mask, per-token advantages)
+    endpoint    TokenEndpoint: the token endpoint, batching the waiting requests for the model
     sampling    ModelSampler: the trainer's model answering the token endpoint
     renderer    TurnFormatRenderer: Gemma's turn format, extended token by token
     model       the default policy, Gemma 3 270M from the PyPI GGUF (extra [trl-model])

@@ -24,7 +24,7 @@ from verifiers_stepwise.extras import requires
 with requires("verifiers_stepwise.hosts.trl", "torch", extra="trl"):
     import torch
 
-from verifiers_stepwise.hosts.trl.endpoint import GenerateRequest, Generation
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation
 
 __all__ = ["ModelSampler"]
 
