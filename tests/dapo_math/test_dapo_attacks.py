@@ -184,6 +184,9 @@ def test_math_verify_does_not_accept_a_hedge_for_either_value():
             "(\\frac{1}{2}, 3)",
             "1/2 \\text{ and } 3",
             "x = \\frac{1}{2}, 3",
+            "$\\frac{1}{2}$ $3$",  # two math spans: one is read
+            "3 $\\frac{1}{2}$",
+            "\\frac{1}{2} \\lor 3",
             "\\mathbb{R}",
             "(-\\infty, \\infty)",
             "x",
@@ -278,6 +281,19 @@ def test_the_forfeit_rule_restores_the_no_positive_credit_for_failure_rule():
     assert before[2][0] == pytest.approx(1 / 3)
     after = stepwise([[-1.0, 1.0], [-1.0, -1.0, -1.0], [-3.0]])
     assert after[2][0] == pytest.approx(after[1][0]) and after[2][0] < 0
+
+
+def test_with_a_one_zero_reward_stalling_before_the_answer_is_free_under_the_default():
+    """Design property (``incorrect_reward = 0``, γ = 1): a throwaway wrong answer before the
+    right one costs nothing, so nothing teaches the policy to answer right at once. The default
+    −1 makes each wrong attempt cost 1 (or use γ < 1)."""
+    stepwise = get_estimator("stepwise")
+    at_once, stalled, failed = stepwise([[1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    assert at_once[0] == pytest.approx(1 / 3) and stalled[0] == pytest.approx(1 / 3)
+    at_once, stalled, failed = stepwise([[1.0], [-1.0, -1.0, 1.0], [-1.0, -1.0, -1.0]])
+    assert at_once[0] == pytest.approx(2.0) and stalled[0] == pytest.approx(0.0)
+    discounted = get_estimator("stepwise", gamma=0.5)([[1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    assert discounted[0][0] > discounted[1][0]
 
 
 async def test_answers_outside_the_reply_text_do_not_count():
