@@ -274,6 +274,24 @@ async def test_quitting_through_a_token_cap_forfeits_the_attempts_left():
     assert trace.info["turn_rewards"] == [-4.0] and trace.info["forfeited_turns"] == 3
 
 
+async def test_overflowing_the_context_is_an_excluded_error_unless_a_token_cap_makes_it_a_limit():
+    """Not covered: a reply long enough that the next call overflows the server's context is
+    answered 400, an error, so the rollout is excluded from credit (neither punished nor
+    rewarded). A token cap below the context makes the same reply a limit: scored, forfeiting."""
+    group = await play(["Answer: 1 " + "padding " * 50, Reply(fault="http_400")], max_turns=3)
+    (trace,) = only(group)
+    assert not trace.ok and trace.errors[-1].status_code == 400
+    assert trace.info["turn_rewards"] == [-1.0] and "forfeited_turns" not in trace.info
+    score_group(group, "stepwise")
+    assert "excluded" in trace.info["turn_credit"]
+    group = await play(
+        ["Answer: 1 " + "padding " * 50, Reply(fault="http_400")], max_turns=3, agent={"max_total_tokens": 40}
+    )
+    (trace,) = only(group)
+    assert trace.ok and trace.stop_condition == "max_total_tokens"
+    assert trace.info["turn_rewards"] == [-3.0] and trace.info["forfeited_turns"] == 2
+
+
 def test_the_forfeit_rule_restores_the_no_positive_credit_for_failure_rule():
     """The estimator itself, on the groups above: the quitter's +0.33 before, −0.75 after."""
     stepwise = get_estimator("stepwise")
