@@ -15,6 +15,8 @@ import time
 import pytest
 import verifiers.v1 as vf
 from stepwise_refine.arithmetic import ArithmeticData, ArithmeticTask, last_number
+from stepwise_swe_bench.env import SweBenchEnvConfig
+from stepwise_swe_bench.state import Budget
 
 from verifiers_stepwise import get_estimator
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnvConfig
@@ -90,16 +92,20 @@ async def test_huge_numbers_and_huge_replies_score_zero_in_bounded_time():
 async def test_a_model_that_only_calls_tools_ends_at_the_call_cap():
     """Was: with ``agent.max_turns`` unset nothing capped model calls, so a model answering
     every call with a tool call never ended its turn. Now the run's calls are capped at
-    ``max_turns × max_calls_per_turn`` (16): 2 turns, 32 calls, then stop ``max_turns``."""
+    ``max_turns × max_calls_per_turn`` (64): 2 turns, 128 calls, then stop ``max_turns``."""
     trace = await refine([TOOL_CALL], max_turns=2)
-    assert trace.stop_condition == "max_turns" and trace.num_turns == 32 and trace.ok
+    assert trace.stop_condition == "max_turns" and trace.num_turns == 128 and trace.ok
     assert trace.info["turn_rewards"] == [0.0] and trace.info["forfeited_turns"] == 1  # forfeit: 0
 
 
 def test_the_call_cap_follows_the_turns_and_yields_to_an_explicit_one():
-    assert StepwiseMultiTurnEnvConfig(max_turns=3).agent.max_turns == 48
+    assert StepwiseMultiTurnEnvConfig(max_turns=3).agent.max_turns == 192
     assert StepwiseMultiTurnEnvConfig(max_turns=3, max_calls_per_turn=2).agent.max_turns == 6
     assert StepwiseMultiTurnEnvConfig(max_turns=3, agent={"max_turns": 100}).agent.max_turns == 100
+    # the cap never cuts the SWE bundle's own budgets (a step is a tool call, plus the reply)
+    budget, swe = Budget(), SweBenchEnvConfig()
+    assert swe.agent.max_turns >= budget.max_steps + swe.max_turns
+    assert swe.max_calls_per_turn > budget.max_steps_per_round
 
 
 async def test_the_feedback_score_is_an_oracle_for_the_answer():

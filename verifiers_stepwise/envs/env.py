@@ -54,7 +54,7 @@ class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
     """Environment turns per episode (``--env.max-turns``). A turn is one model reply the env
     scores and may hold several model calls (a tool loop); ``--env.agent.max-turns`` caps
     model calls instead."""
-    max_calls_per_turn: int = Field(16, ge=1)
+    max_calls_per_turn: int = Field(64, ge=1)
     """Model calls (a tool loop) budgeted per turn: with ``agent.max_turns`` unset, the run's
     calls are capped at ``max_turns × max_calls_per_turn`` (module docstring)."""
     exclude_think: bool = False
