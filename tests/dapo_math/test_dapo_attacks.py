@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from stepwise_dapo_math.answers import check_answer
 from stepwise_dapo_math.loaders import BUNDLED_PATH
-from stepwise_dapo_math.symbolic import SymbolicChecker
+from stepwise_dapo_math.symbolic import SymbolicChecker, verify_pair
 
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.envs.harness import strip_think
@@ -199,6 +199,19 @@ def test_math_verify_does_not_accept_a_hedge_for_either_value():
             assert not checker.check(answer, "\\frac{1}{2}").correct, answer
     finally:
         checker.close()
+
+
+@pytest.mark.slow
+def test_math_verify_leniencies_are_pinned_as_its_design():
+    """math-verify's own reading, kept as it is (documented in the bundle README): a bare list
+    matches the tuple, the set and the open interval with those numbers, a one-element set
+    matches its element, a letter matches its multiple-choice option. Each still needs the right
+    values; none matches a different value."""
+    lenient = [("1,2", "(1,2)"), ("1,2", "\\{1,2\\}"), ("\\{3\\}", "3"), ("a", "\\text{(A)}")]
+    for answer, gold in lenient:
+        assert verify_pair(answer, gold), (answer, gold)
+    for answer, gold in [("1,3", "(1,2)"), ("\\{4\\}", "3"), ("b", "\\text{(A)}"), ("\\pm\\infty", "3")]:
+        assert not verify_pair(answer, gold), (answer, gold)
 
 
 @pytest.mark.slow
