@@ -287,6 +287,14 @@ async def test_quitting_through_a_token_cap_forfeits_the_attempts_left():
     assert trace.info["turn_rewards"] == [-4.0] and trace.info["forfeited_turns"] == 3
 
 
+async def test_running_out_the_agents_time_forfeits_the_attempts_left():
+    """A deadline that expires mid-call (a slow, long reply) is a stop, not an error: the turn in
+    flight and the ones after it are forfeited, charged to the last turn that replied."""
+    (trace,) = only(await play(["Answer: 1", Reply(fault="timeout")], max_turns=3, agent={"timeout": {"rollout": 3}}))
+    assert trace.ok and trace.stop_condition == "agent_timeout"
+    assert trace.info["turn_rewards"] == [-3.0] and trace.info["forfeited_turns"] == 2
+
+
 async def test_overflowing_the_context_is_an_excluded_error_unless_a_token_cap_makes_it_a_limit():
     """Not covered: a reply long enough that the next call overflows the server's context is
     answered 400, an error, so the rollout is excluded from credit (neither punished nor

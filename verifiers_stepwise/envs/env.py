@@ -15,12 +15,13 @@ Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be neg
 The policy cannot stall or quit for free. A turn holds at most ``max_calls_per_turn`` model
 calls in effect: unless ``agent.max_turns`` is set, the run's model calls are capped at
 ``max_turns × max_calls_per_turn``, so a model that answers every call with a tool call ends
-the run (stop ``max_turns``) instead of looping forever. A run that a limit ends (``max_turns``,
-a token cap, the agent's timeout; or a task's ``@vf.stop``) after the env asked for another turn forfeits the turns it
-did not take: ``forfeit(task, n)`` is added to the last recorded turn's reward, the turn whose
-replies reached the limit, and ``trace.info["forfeited_turns"]`` says how many. The default is
-0; an env whose unsolved turns cost reward charges what they would have cost, because under the
-absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
+the run (stop ``max_turns``) instead of looping forever. A run that a limit (``max_turns``, a
+token cap, the agent's timeout) or a task's ``@vf.stop`` ends after the env asked for another
+turn forfeits the turns it did not take: ``forfeit(task, n)`` is added to the last recorded
+turn's reward (the turn whose replies reached the limit; for a deadline that expired mid-call,
+the last turn that replied), and ``trace.info["forfeited_turns"]`` says how many. The default
+is 0; an env whose unsolved turns cost reward charges what they would have cost, because under
+the absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
 (group [−1, +1], [−1, −1, −1], [−1]: the quitter's turn gets +0.33).
 
 The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
