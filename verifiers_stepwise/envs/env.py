@@ -10,7 +10,19 @@ Verifiers 0.4.0 has no ``MultiTurnEnv``; a multi-turn env writes ``Env.run`` aro
 
 and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn_nodes"]``
 (``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned.
-Subclasses write only ``env_response``.
+Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be negative).
+
+The policy cannot stall or quit for free. A turn holds at most ``max_calls_per_turn`` model
+calls in effect: unless ``agent.max_turns`` is set, the run's model calls are capped at
+``max_turns × max_calls_per_turn``, so a model that answers every call with a tool call ends
+the run (stop ``max_turns``) instead of looping forever. A run that a limit (``max_turns``, a
+token cap, the agent's timeout) or a task's ``@vf.stop`` ends after the env asked for another
+turn forfeits the turns it did not take: ``forfeit(task, n)`` is added to the last recorded
+turn's reward (the turn whose replies reached the limit; for a deadline that expired mid-call,
+the last turn that replied), and ``trace.info["forfeited_turns"]`` says how many. The default
+is 0; an env whose unsolved turns cost reward charges what they would have cost, because under
+the absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
+(group [−1, +1], [−1, −1, −1], [−1]: the quitter's turn gets +0.33).
 
 The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
 runtime: that harness executes nothing itself, so the runtime only provides a working directory
@@ -31,7 +43,7 @@ from pydantic import Field, model_validator
 
 from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
-from verifiers_stepwise.traces.turns import append_turn
+from verifiers_stepwise.traces.turns import append_turn, forfeit_turns
 
 __all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
 
@@ -43,9 +55,20 @@ class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
     """Environment turns per episode (``--env.max-turns``). A turn is one model reply the env
     scores and may hold several model calls (a tool loop); ``--env.agent.max-turns`` caps
     model calls instead."""
+    max_calls_per_turn: int = Field(64, ge=1)
+    """Model calls (a tool loop) budgeted per turn: with ``agent.max_turns`` unset, the run's
+    calls are capped at ``max_turns × max_calls_per_turn`` (module docstring)."""
     exclude_think: bool = False
     """Remove earlier turns' reasoning (``<think>…</think>`` and reasoning fields) from the
     context the model sees on later turns; the current turn keeps its own (Kevin)."""
+
+    @model_validator(mode="after")
+    def _bounded_model_calls(self) -> StepwiseMultiTurnEnvConfig:
+        """Without a call cap a model that only makes tool calls never ends its turn."""
+        for spec in agent_config_fields(self).values():
+            if spec.max_turns is None:
+                spec.max_turns = self.max_turns * self.max_calls_per_turn
+        return self
 
     @model_validator(mode="after")
     def _exclude_think_on_the_harness(self) -> StepwiseMultiTurnEnvConfig:
@@ -110,6 +133,12 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
         """Score ``turn`` and say what the user answers (``TurnResult.message``) or that the
         episode ends (``message=None``). Called after every turn, the last one included."""
 
+    def forfeit(self, task: vf.Task, turns: int) -> float:
+        """The reward of ``turns`` turns the run did not take because a limit ended it after
+        the env asked for more (module docstring); added to the last recorded turn. 0 here:
+        an env with negative rewards for unsolved turns returns what those turns cost."""
+        return 0.0
+
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
         async with agents.agent.interaction(task) as chat:
             message: str | vf.Messages | None = None
@@ -117,6 +146,9 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
                 first = len(chat.trace.nodes)
                 segment = await chat.turn(message)
                 if segment.terminated:
+                    left = self.config.max_turns - index
+                    if index > 0 and not chat.trace.errors:  # a limit or @stop refused the next turn
+                        forfeit_turns(chat.trace, left, self.forfeit(task, left))
                     return
                 nodes = [i for i in range(first, len(chat.trace.nodes)) if chat.trace.nodes[i].sampled]
                 last = index == self.config.max_turns - 1

@@ -146,7 +146,11 @@ def strip_think(message: vf.AssistantMessage) -> vf.AssistantMessage:
     if not has_tags and message.reasoning_content is None and message.provider_state is None:
         return message
     if has_tags:
-        content = _THINK_BLOCK.sub("", content)
+        # Blocks close before the last </think>: matching only there keeps the sub linear (an
+        # unclosed <think> makes the lazy pattern scan to the end, once per such tag).
+        closed = content.rfind("</think>") + len("</think>")
+        closed = len(content) - len(content[closed:].lstrip()) if closed >= len("</think>") else 0
+        content = _THINK_BLOCK.sub("", content[:closed]) + content[closed:]
         if "</think>" in content:
             content = content.rsplit("</think>", 1)[1]
         content = _OPEN_THINK.sub("", content).strip()

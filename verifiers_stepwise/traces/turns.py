@@ -73,6 +73,7 @@ __all__ = [
     "TurnSchemaError",
     "append_turn",
     "append_turn_score",
+    "forfeit_turns",
     "place_advantages",
     "read_turns",
     "sampled_nodes",
@@ -86,6 +87,7 @@ TURN_SCORES = "turn_scores"
 Reading = Literal["rewards", "scores"]
 """How ``turn_rewards`` is read: as per-turn rewards (this package) or as per-turn scores."""
 TURN_NODES = "turn_nodes"
+FORFEITED = "forfeited_turns"
 _SAMPLED = attrgetter("sampled")
 _ABSENT = object()
 
@@ -177,6 +179,17 @@ def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
     indices = _checked_nodes(trace, nodes)
     trace.info.setdefault(TURN_REWARDS, []).append(value)
     trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def forfeit_turns(trace: Trace, turns: int, reward: float) -> None:
+    """Charge ``reward`` for ``turns`` turns the run did not take to the last recorded turn
+    (the one whose replies ended the run) and record ``trace.info["forfeited_turns"]``."""
+    recorded = trace.info.get(TURN_REWARDS)
+    if not recorded:
+        raise TurnSchemaError(f"trace {trace.id}: no recorded turn to charge {turns} forfeited turns to")
+    (value,) = _rewards(trace, [recorded[-1] + reward], first=len(recorded) - 1)
+    recorded[-1] = value
+    trace.info[FORFEITED] = turns
 
 
 def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -> None:

@@ -15,7 +15,8 @@ and the answer runs to the end of that line. Without any such line, the content 
 dollar signs at either end (math delimiters or currency), trailing sentence punctuation,
 math delimiters ``\\(\\)`` and ``\\[\\]``, wrappers
 spanning the whole answer (``\\boxed``, ``\\fbox``, ``\\text``, ``\\mathrm``, ``\\mathbf``), a
-left-hand side up to the last ``=`` (``n = 12``), a trailing ``\\text{unit}``, degree marks,
+left-hand side up to the last ``=`` (``n = 12``), a trailing ``\\text{unit}`` (one without
+digits: ``42 \\text{ or } \\text{43}`` states two answers, not a unit), degree marks,
 LaTeX spacing (``\\,`` ``\\!`` ``\\ `` ``~``) and ``{,}``; then thousands separators when the
 grouping is valid (``1,000,000`` or ``1 000 000``, never ``1,00``), a trailing ``.0...``, and
 unicode minus/plus signs. What is left must be ``[+-]?<decimal digits>`` (any script's decimal
@@ -45,7 +46,7 @@ Source = Literal["answer_line", "boxed"]
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _WRAPPERS = re.compile(r"^\\(?:boxed|fbox|text|textbf|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.DOTALL)
-_TRAILING_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}$")
+_TRAILING_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}\d]*\}$")  # a unit has no digits
 _DEGREES = re.compile(r"(?:\^\s*\{?\\circ\}?|\\circ|\u00b0|\\degree)$")
 _DEGREE_ENDINGS = ("circ", "circ}", "\u00b0", "degree")
 _LATEX_SPACES = re.compile(r"\\[,!;: ]|~|\{,\}")

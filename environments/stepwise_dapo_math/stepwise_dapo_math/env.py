@@ -11,6 +11,14 @@ again, up to ``max_turns`` turns.
 * ``max_turns = k > 1`` is the refine mode: turn rewards r_1..r_T (T ≤ k), each turn's own
   correctness, for the stepwise estimator (``verifiers_stepwise.traces.credit.score_group``).
 
+Stalling and quitting do not pay: the task has no tools, so a turn is one model call
+(``max_calls_per_turn = 1``) and a reply made of tool calls ends the run at the call cap; a run
+that a limit ends early (the call cap, ``--env.agent.max-output-tokens``, the agent's timeout)
+scores every attempt it did not make as ``incorrect_reward``, charged to the turn that hit the
+limit (``StepwiseMultiTurnEnv.forfeit``). Without that, under the default estimator a rollout
+that stopped after one wrong answer would get positive credit next to rollouts that kept
+trying and failed.
+
 The trace-level rewards (``correct``, ``overlong_penalty``) score the last reply, so a trace's
 reward says whether the episode ended solved. ``trace.info["dapo_turns"]`` keeps, per turn, the
 scored node, the extracted answer, its reward terms and metrics; the trace-level reward reuses
@@ -42,6 +50,8 @@ MISSING = 'I could not find a final answer. Put your final answer on its own lin
 class DapoMathEnvConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(1, ge=1)
     """Attempts per problem (``--env.max-turns``): 1 is standard DAPO, more is the refine mode."""
+    max_calls_per_turn: int = Field(1, ge=1)
+    """One model call per attempt: the task has no tools, so a tool call ends the run."""
     wrong_message: str = WRONG
     """What the model is told after a wrong answer."""
     missing_message: str = MISSING
@@ -60,3 +70,9 @@ class DapoMathEnv(StepwiseMultiTurnEnv, vf.Env[DapoMathEnvConfig]):
             return TurnResult(score.reward)
         retry = self.config.missing_message if score.extracted is None else self.config.wrong_message
         return TurnResult(score.reward, retry)
+
+    def forfeit(self, task: vf.Task, turns: int) -> float:
+        """Attempts a limit cut off count as wrong: stopping must not beat trying."""
+        if not isinstance(task, DapoMathTask):
+            raise TypeError(f"{type(self).__name__} plays DapoMathTask tasks, got {type(task).__name__}")
+        return turns * task.config.incorrect_reward

@@ -5,7 +5,9 @@ refinement loop has something to improve on:
 
     closeness = max(0, 1 − |x − y| / max(1, |y|))        x: the reply's last number, y: the answer
 
-(1 exactly when the answer is right, 0 when there is no number).
+(1 exactly when the answer is right, 0 when there is no number). A comma counts as a thousands
+separator only between a digit and a group of exactly three (``1,024``); ``1,2`` is two numbers,
+not 12.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ PROBLEMS: tuple[tuple[str, float], ...] = (
 )
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
 def last_number(text: str) -> float | None:
     """The last number written in ``text`` (thousands separators ignored), or None."""
-    numbers = _NUMBER.findall(text.replace(",", ""))
+    numbers = _NUMBER.findall(_THOUSANDS.sub("", text))
     return float(numbers[-1]) if numbers else None
 
 
