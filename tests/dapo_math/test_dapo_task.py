@@ -55,6 +55,15 @@ def test_a_one_zero_reward_is_a_config_away():
         DapoMathTaskConfig(correct_reward=0.0, incorrect_reward=0.0)
 
 
+@pytest.mark.parametrize("field", ["correct_reward", "incorrect_reward"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_reward_is_a_config_error(field, value):
+    """Found by the red team: ``correct_reward=inf`` passed validation, then every solved
+    episode failed (a non-finite reward is rejected when written on the trace)."""
+    with pytest.raises(ValidationError, match=field):
+        DapoMathTaskConfig(**{field: value})
+
+
 def test_overlong_shaping_is_its_own_term_and_off_by_default():
     assert "overlong_penalty" not in score(task(), "Answer: 42", length=10**6).rewards
     t = task(overlong={"enabled": True, "max_tokens": 100, "cache_tokens": 20})

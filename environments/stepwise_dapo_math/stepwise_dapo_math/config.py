@@ -56,9 +56,10 @@ class DapoMathTaskConfig(vf.TaskConfig):
     verifier: Literal["integer", "math_verify"] = "integer"
     """``integer``: DAPO's exact integer match. ``math_verify``: symbolic equivalence (for
     ground truths such as ``\\frac{1}{2}``), bounded in time."""
-    correct_reward: float = 1.0
-    incorrect_reward: float = -1.0
-    """DAPO scores a wrong or missing answer −1; set 0 for a 1/0 reward."""
+    correct_reward: float = Field(1.0, allow_inf_nan=False)
+    incorrect_reward: float = Field(-1.0, allow_inf_nan=False)
+    """DAPO scores a wrong or missing answer −1; set 0 for a 1/0 reward. Both finite: a
+    non-finite reward would fail every episode it is given to, after the model answered."""
     boxed_fallback: bool = True
     """Use the last ``\\boxed{}`` when a response has no ``Answer:`` line."""
     overlong: OverlongConfig = OverlongConfig()
