@@ -1,8 +1,9 @@
 """The SWE-bench taskset: one task per instance, its repository prepared at setup.
 
 Task setup puts the repository at its base commit in the rollout's runtime (``box``), starts the
-step and time budget and hands both to the tool server through the shared state. The task keeps
-its own sandbox per rollout for the environment, which grades with it after every round.
+step and time budget and hands both to the eval's tool server through the rollout's shared
+state. The task keeps its own sandbox per rollout for the environment, which grades with it
+after every round.
 """
 
 from __future__ import annotations
@@ -70,10 +71,6 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
     def key(self) -> str:
         return self.data.instance.instance_id
 
-    @classmethod
-    def toolsets(cls, config: SweBenchTaskConfig) -> list[vf.Toolset]:
-        return [SweToolset(vf.ToolsetConfig())]
-
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         box, sandbox = await prepare_box(runtime, self.data.instance, self.config.sandbox)
         self._sandboxes[trace.id] = sandbox
@@ -131,6 +128,12 @@ class SweBenchTasksetConfig(vf.TasksetConfig):
 
 
 class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
+    @classmethod
+    def toolsets(cls, config: SweBenchTasksetConfig) -> list[vf.Toolset]:
+        """The model's tools: one server for the whole eval, which finds each call's repository
+        in the calling rollout's state (see ``toolset``), so no rollout waits for one to start."""
+        return [SweToolset(vf.SharedToolsetConfig())]
+
     def load(self) -> list[SweBenchTask]:
         instances = load_instances(self.config.source, self.config.split, self.config.instance_ids)
         return [SweBenchTask(task_data(instance), self.config.task) for instance in instances]
