@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from stepwise_swe_bench.box import prepare_box
-from stepwise_swe_bench.fixtures import FIXTURES, commit_tree
+from stepwise_swe_bench.fixtures import commit_tree
 from stepwise_swe_bench.grading import grade, model_patch
-from stepwise_swe_bench.instances import load_instances
+from stepwise_swe_bench.instances import FIXTURES, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
 
