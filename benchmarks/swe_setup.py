@@ -7,11 +7,13 @@ repository at its base commit and the sandbox over it), harness setup, the inter
 the rollout's tool servers. Target: median and p90 <= 0.5 s at both concurrencies.
 
 Reference, same run and same flags: ``stepwise-refine``, whose rollouts have no tools and no
-repository, so its setup is what verifiers itself spends on a rollout. Also reported, because a
-rollout waits for them too: the wait until its first model call (setup, then the harness opening
-its HTTP client and, for SWE, connecting to the tool server and listing its tools), and the eval's
-start, from launching ``vf-eval`` to the first rollout's setup (the process start, loading the
-env and what it serves once per eval, such as taskset-scoped tool servers), and the wall time.
+repository, so its setup is what verifiers itself spends on a rollout. Also reported: the task
+setup's own part of ``timing.setup`` (the repository and its sandbox,
+``trace.info["swe_bench"]["setup_s"]``), and what else a rollout waits for: the wait until its
+first model call (setup, then the harness opening its HTTP client and, for SWE, connecting to the
+tool server and listing its tools), the eval's start, from launching ``vf-eval`` to the first
+rollout's setup (the process start, loading the env and what it serves once per eval, such as
+taskset-scoped tool servers), and the wall time.
 
 Every SWE rollout makes one ``bash`` call (``git rev-parse HEAD``, checked against the base
 commit, so the tool server is proven to answer), then ends its one round, which is graded.
@@ -52,6 +54,8 @@ class Run:
     """Each rollout's ``timing.setup`` in seconds."""
     first_calls: list[float]
     """Each rollout's wait from the start of its setup to its first model call, in seconds."""
+    task_setups: list[float]
+    """SWE: each rollout's task setup (repository and sandbox), part of ``setups``; else empty."""
     start_s: float
     """From launching vf-eval to the first rollout's setup."""
     wall_s: float
@@ -72,7 +76,8 @@ def run(env: str, rollouts: int, concurrency: int, base_url: str, out: Path) -> 
     first = min(t.timing.setup.start for t in traces)
     setups = [t.timing.setup.duration for t in traces]
     first_calls = [t.calls[0].time.start - t.timing.setup.start for t in traces]
-    return Run(env, concurrency, setups, first_calls, first - launched, wall)
+    task_setups = [t.info["swe_bench"]["setup_s"] for t in traces] if env == "stepwise-swe-bench" else []
+    return Run(env, concurrency, setups, first_calls, task_setups, first - launched, wall)
 
 
 def check_tool_answered(traces: Sequence) -> None:
@@ -101,6 +106,7 @@ def report(runs: Sequence[Run]) -> list[str]:
         lines += [
             f"-c {concurrency}: {len(swe.setups)} rollouts each",
             f"  timing.setup        swe-bench {spread(swe.setups)}  target <= {TARGET_S * 1e3:.0f} ms: {met}",
+            f"    of it task setup            {spread(swe.task_setups)}  (repository and sandbox)",
             f"    reference: refine           {spread(ref.setups)}  swe-bench = {ratio:.0f}x (+{extra:.0f} ms)",
             f"  until 1st model call swe-bench {spread(swe.first_calls)}",
             f"    reference: refine           {spread(ref.first_calls)}",

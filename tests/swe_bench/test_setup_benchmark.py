@@ -26,5 +26,7 @@ def test_setup_benchmark_reads_every_rollouts_setup_from_real_vf_eval_runs(capsy
         ("stepwise-refine", 3, 3),
     ]
     assert all(0 < s < f for r in runs for s, f in zip(r.setups, r.first_calls, strict=True))
+    swe = runs[0]
+    assert all(0 < t <= s for t, s in zip(swe.task_setups, swe.setups, strict=True)) and len(swe.task_setups) == 3
     out = capsys.readouterr().out
     assert "-c 3: 3 rollouts each" in out and "reference: refine" in out and "target <= 500 ms" in out

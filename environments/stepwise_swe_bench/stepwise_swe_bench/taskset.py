@@ -72,7 +72,10 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
         return self.data.instance.instance_id
 
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        start = time.perf_counter()
         box, sandbox = await prepare_box(runtime, self.data.instance, self.config.sandbox)
+        # This hook's part of the rollout's setup (``trace.timing.setup`` times all of it).
+        trace.info.setdefault(SWE_INFO, {})["setup_s"] = round(time.perf_counter() - start, 4)
         self._sandboxes[trace.id] = sandbox
         state = trace.state
         state.box, state.budget = box, self.config.budget
