@@ -1,10 +1,11 @@
 """Episode setup and per-round test time of ``stepwise-swe-bench`` on its bundled tasks.
 
-Setup is what a rollout's task setup does before the model's first call: start the
-``subprocess`` runtime, put the task's repository at its base commit in it and open the
-bubblewrap sandbox over it; it ends when a first sandboxed command (``git rev-parse HEAD``) has
-answered. Target: median <= 100 ms. References measured in the same run: starting an empty
-bubblewrap sandbox, and ``git clone`` of the same repository (the usual way to get a checkout).
+Setup is what the task's setup hook does: start the ``subprocess`` runtime, put the task's
+repository at its base commit in it and open the bubblewrap sandbox over it; it ends when a
+first sandboxed command (``git rev-parse HEAD``) has answered. Target: median <= 100 ms. This
+is one part of a rollout's setup; ``swe_setup.py`` measures all of it, as ``vf-eval`` times it.
+References measured in the same run: starting an empty bubblewrap sandbox, and ``git clone`` of
+the same repository (the usual way to get a checkout).
 
 The test run per round is one grading: read the model's diff, copy the base checkout, apply the
 diff and check it (``machinery``), apply the hidden tests, run FAIL_TO_PASS and PASS_TO_PASS,
@@ -28,9 +29,9 @@ import time
 from pathlib import Path
 
 from stepwise_swe_bench.box import prepare_box
-from stepwise_swe_bench.fixtures import FIXTURES, commit_tree
+from stepwise_swe_bench.fixtures import commit_tree
 from stepwise_swe_bench.grading import grade, model_patch
-from stepwise_swe_bench.instances import load_instances
+from stepwise_swe_bench.instances import FIXTURES, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
 

@@ -239,6 +239,9 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
 def test_every_episode_is_recorded_and_cleaned_up(run):
     assert sum(len(group) for group in run["groups"]) == 6
     assert all(episode.ok for group in run["groups"] for episode in group)
+    # Setup: the repository (the task's part) within the rollout's whole setup, no tool server.
+    for trace in (episode.traces[0] for group in run["groups"] for episode in group):
+        assert 0 < trace.info["swe_bench"]["setup_s"] <= trace.timing.setup.duration < 10
     # The repositories (and grading copies) went away with their rollouts.
     assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/repo"))
     assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/.grading-*"))

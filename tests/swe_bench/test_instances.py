@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.fixtures import FIXTURES, fixture_instances
-from stepwise_swe_bench.instances import InstanceError, SweInstance, load_instances
+from stepwise_swe_bench.instances import FIXTURES, InstanceError, SweInstance, fixture_instances, load_instances
 
 
 def hub_rows() -> list[dict]:

@@ -1,9 +1,7 @@
-"""The bundled offline tasks and their repositories.
+"""The repositories of the bundled offline tasks (``instances.FIXTURES``).
 
-``fixtures/`` is a task repository in the layout ``swebench`` itself reads
-(``swebench.task.repo``): ``tasks/<instance_id>/`` holds ``task.yaml``, ``tests.json``,
-``problem_statement.md``, ``gold.patch``, ``test.patch`` and ``eval.sh``. Each task adds one
-directory of its own, ``repo/``: the project's files at the base commit.
+Each task of the bundled task repository adds one directory to swebench's layout, ``repo/``:
+the project's files at the base commit.
 
 A task's repository is committed once per process into a template git repository whose commit
 is fixed by content (author, committer and dates are constants), so it must equal the task's
@@ -19,18 +17,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .instances import FIXTURES, SweInstance
 from .sandbox import hand_over, remove_tree
 
-if TYPE_CHECKING:
-    from .instances import SweInstance
+__all__ = ["FixtureError", "base_checkout", "commit_tree", "materialize"]
 
-__all__ = ["FIXTURES", "FixtureError", "base_checkout", "commit_tree", "fixture_instances", "materialize"]
-
-FIXTURES = Path(__file__).parent / "fixtures"
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "stepwise-swe-bench",
@@ -47,13 +40,6 @@ _GIT_ENV = {
 
 class FixtureError(RuntimeError):
     """A bundled task is inconsistent with its own files."""
-
-
-def fixture_instances(instance_ids: Sequence[str] | None = None) -> list[dict]:
-    """The bundled tasks as SWE-bench instance dicts (read by swebench's own loader)."""
-    from swebench.task.repo import load_task_repo
-
-    return load_task_repo(FIXTURES, list(instance_ids) if instance_ids else None)
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["BUNDLED", "DATASETS", "InstanceError", "SweInstance", "load_instances"]
+__all__ = ["BUNDLED", "DATASETS", "FIXTURES", "InstanceError", "SweInstance", "fixture_instances", "load_instances"]
 
 DATASETS = {
     "verified": "SWE-bench/SWE-bench_Verified",
@@ -26,6 +27,11 @@ DATASETS = {
 """Short names for the official Hugging Face datasets."""
 BUNDLED = "fixtures"
 """Source name of the bundled offline tasks."""
+FIXTURES = Path(__file__).parent / "fixtures"
+"""The bundled tasks: a task repository in the layout ``swebench`` itself reads
+(``swebench.task.repo``), ``tasks/<instance_id>/`` with ``task.yaml``, ``tests.json``,
+``problem_statement.md``, ``gold.patch``, ``test.patch`` and ``eval.sh`` (and ``repo/``, see
+``fixtures``)."""
 
 
 class InstanceError(ValueError):
@@ -111,8 +117,6 @@ def load_instances(
     ``DATASETS``, a Hugging Face dataset id, or a local ``.json``/``.jsonl``/``.parquet``
     file. ``instance_ids`` selects rows (unknown ids are an error)."""
     if source == BUNDLED:
-        from .fixtures import fixture_instances
-
         try:
             rows = fixture_instances(instance_ids)
         except KeyError as error:
@@ -131,6 +135,13 @@ def load_instances(
             ) from error
         rows = [_with_image(row) for row in rows]
     return [SweInstance.from_row(row, f"{source} ({split})") for row in rows]
+
+
+def fixture_instances(instance_ids: Sequence[str] | None = None) -> list[dict]:
+    """The bundled tasks as SWE-bench instance dicts (read by swebench's own loader)."""
+    from swebench.task.repo import load_task_repo
+
+    return load_task_repo(FIXTURES, list(instance_ids) if instance_ids else None)
 
 
 def _with_image(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -155,8 +156,6 @@ def _pytest_section(name: str, content: bytes | None) -> object:
     try:
         text = content.decode()
         if name == "pyproject.toml":
-            import tomllib
-
             return tomllib.loads(text).get("tool", {}).get("pytest")
         import iniconfig  # pytest's own INI parser (a dependency of pytest)
 

@@ -1,8 +1,9 @@
 """The SWE-bench taskset: one task per instance, its repository prepared at setup.
 
 Task setup puts the repository at its base commit in the rollout's runtime (``box``), starts the
-step and time budget and hands both to the tool server through the shared state. The task keeps
-its own sandbox per rollout for the environment, which grades with it after every round.
+step and time budget and hands both to the eval's tool server through the rollout's shared
+state. The task keeps its own sandbox per rollout for the environment, which grades with it
+after every round.
 """
 
 from __future__ import annotations
@@ -70,12 +71,11 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
     def key(self) -> str:
         return self.data.instance.instance_id
 
-    @classmethod
-    def toolsets(cls, config: SweBenchTaskConfig) -> list[vf.Toolset]:
-        return [SweToolset(vf.ToolsetConfig())]
-
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        start = time.perf_counter()
         box, sandbox = await prepare_box(runtime, self.data.instance, self.config.sandbox)
+        # This hook's part of the rollout's setup (``trace.timing.setup`` times all of it).
+        trace.info.setdefault(SWE_INFO, {})["setup_s"] = round(time.perf_counter() - start, 4)
         self._sandboxes[trace.id] = sandbox
         state = trace.state
         state.box, state.budget = box, self.config.budget
@@ -131,6 +131,12 @@ class SweBenchTasksetConfig(vf.TasksetConfig):
 
 
 class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
+    @classmethod
+    def toolsets(cls, config: SweBenchTasksetConfig) -> list[vf.Toolset]:
+        """The model's tools: one server for the whole eval, which finds each call's repository
+        in the calling rollout's state (see ``toolset``), so no rollout waits for one to start."""
+        return [SweToolset(vf.SharedToolsetConfig())]
+
     def load(self) -> list[SweBenchTask]:
         instances = load_instances(self.config.source, self.config.split, self.config.instance_ids)
         return [SweBenchTask(task_data(instance), self.config.task) for instance in instances]

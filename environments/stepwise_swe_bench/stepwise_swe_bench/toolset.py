@@ -1,9 +1,15 @@
 """The model's tools as a verifiers MCP toolset: ``bash``, ``view``, ``edit``, ``create``, ``submit``.
 
-Verifiers launches the server per rollout (``python -m stepwise_swe_bench.toolset``) on this
-machine; it finds the repository through the rollout's shared state (``SweBenchState.box``) and
-runs everything through a ``Sandbox`` over it. Every call counts against the step and time
-budget and is recorded; a tool that fails answers with the reason instead of raising.
+One server per eval, on this machine: the taskset declares it (``SweBenchTaskset.toolsets``), so
+verifiers (0.4.0 checked: ``verifiers.v1.mcp.launch.serve_shared``) starts
+``python -m stepwise_swe_bench.toolset`` once, before the first rollout, instead of once per
+rollout (seconds each: the interpreter, verifiers' imports and its launcher's one-second polls).
+Every call carries its rollout's state coordinates, signed by verifiers with a secret only the
+server and the env hold; the server pulls that rollout's shared state (``SweBenchState``), finds
+its repository there (``state.box``, set by task setup) and runs the call through a ``Sandbox``
+opened over that repository for this call alone, so no call can reach another rollout's
+repository. Every call counts against the rollout's step and time budget and is recorded; a tool
+that fails answers with the reason instead of raising.
 """
 
 from __future__ import annotations
@@ -12,9 +18,8 @@ import time
 
 import verifiers.v1 as vf
 
-from .box import BoxRef, open_sandbox
+from .box import open_sandbox
 from .output import CommandResult
-from .sandbox import Sandbox
 from .state import SweBenchState
 from .tools import ToolError, create_file, edit_file, run_command, view_path
 
@@ -26,19 +31,8 @@ SUBMITTED = (
 )
 
 
-class SweToolset(vf.Toolset[vf.ToolsetConfig, SweBenchState]):
+class SweToolset(vf.Toolset[vf.SharedToolsetConfig, SweBenchState]):
     TOOL_PREFIX = None  # advertised bare: bash, view, edit, create, submit
-
-    def __init__(self, config: vf.ToolsetConfig) -> None:
-        super().__init__(config)
-        self._box: BoxRef | None = None
-        self._sandbox: Sandbox | None = None
-
-    async def _sandbox_for(self, box: BoxRef) -> Sandbox:
-        if self._sandbox is None or box != self._box:
-            self._sandbox = await self._exit_stack.enter_async_context(open_sandbox(box))
-            self._box = box
-        return self._sandbox
 
     async def _call(self, tool: str, detail: str, action) -> str:
         state = self.state
@@ -50,7 +44,8 @@ class SweToolset(vf.Toolset[vf.ToolsetConfig, SweBenchState]):
             return refusal
         start = time.monotonic()
         try:
-            text, result = await action(await self._sandbox_for(state.box), state.budget.tool_output_chars)
+            async with open_sandbox(state.box) as sandbox:
+                text, result = await action(sandbox, state.budget.tool_output_chars)
         except ToolError as error:
             state.record({"tool": tool, "input": detail[:500], "error": str(error)})
             return f"Error: {error}"
