@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 TASK = "stepwise__slugs-21"
+LIMITS_FIELDS = {"timeout_s": 30, "disk_mb": 256, "inodes": 8192, "episode_memory_mb": 1024}
+"""Each scenario's sandbox: small episode caps, so the filling attacks reach them quickly."""
 
 PASS_ALL = """\
 import pytest
@@ -117,18 +119,26 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
 }
 
 
+def _limits():
+    from stepwise_swe_bench.limits import SandboxLimits
+
+    return SandboxLimits(**LIMITS_FIELDS)
+
+
 async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
     from stepwise_swe_bench.fixtures import base_checkout, materialize
     from stepwise_swe_bench.grading import PatchError, feedback, grade, hidden_lines, model_patch, round_reward
     from stepwise_swe_bench.instances import load_instances
-    from stepwise_swe_bench.limits import SandboxLimits
     from stepwise_swe_bench.sandbox import BwrapSandbox
+    from stepwise_swe_bench.volume import make_volume
 
     (instance,) = load_instances(instance_ids=[TASK])
     repo = workdir / name / "repo"
     repo.parent.mkdir(parents=True)
+    limits = _limits()
+    make_volume(repo, limits.disk_mb, limits.inodes)  # as ``box.prepare_box`` does
     materialize(instance, repo)
-    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30), python=python, base=base_checkout(instance))
+    sandbox = BwrapSandbox(repo, limits, python=python, base=base_checkout(instance))
     commands, fix = SCENARIOS[name]
     if fix:
         applied = await sandbox.run("git apply -", stdin=instance.patch.encode())

@@ -1,0 +1,255 @@
+"""The disk cap of an episode: the bytes and inodes its repository may take, in total.
+
+Where the kernel can enforce it (root: mounting is allowed), a repository directory is the
+mount point of a file system of its own (``make_volume``): ext4 in a sparse image file beside it
+(``.<name>.img``), ``disk_mb`` large with ``inodes`` inodes, loop-mounted ``nosuid,nodev``. A
+write past either fails with ENOSPC inside the sandbox, the host's file system holds only what
+was written, and a command that fills it gets a note on its result. Chosen by measurement on
+this project's machine (see the README): mkfs ~10 ms, mount ~10 ms, unmount ~5 ms per volume;
+a size-limited tmpfs mounts in ~5 ms but holds its contents in unswappable memory, so an episode
+could pin ``disk_mb`` of RAM. No journal (a volume is thrown away with its episode); inode
+tables are left uninitialised by mkfs and by the kernel (``noinit_itable``), so a new image
+takes ~2 MiB of the host's disk. The loop device is set to detach when unmounted.
+
+Each volume is recorded in ``/run/stepwise-swe-bench-volumes`` (root only) with its image and
+its maker (pid and start time); one whose maker is gone (a crashed run) is unmounted and
+deleted by the next process that makes a volume.
+
+Elsewhere (an ordinary user) ``TreeWatch`` measures the repository while each command runs
+(every ``WATCH_INTERVAL_S``, and once after) and kills a command that took the tree past a cap;
+a command may still delete files of a tree that is over it. Its bounds: what a command writes
+between two measurements (the interval plus the walk: at ~250 MB/s of writes, a few tens of
+MiB; many small files, a few thousand inodes), and files at most ``file_size_mb`` each
+(RLIMIT_FSIZE). Deleted files that a process still holds open are counted too (they take space
+until closed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import logging
+import os
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+from .process import Breach
+from .proctree import descendants, open_deleted_files
+
+__all__ = ["TreeWatch", "VolumeGuard", "disk_guard", "make_volume", "release", "tree_usage"]
+
+MIB = 1024 * 1024
+WATCH_INTERVAL_S = 0.2
+"""How often ``TreeWatch`` measures a running command's tree."""
+_FULL_BYTES = MIB
+"""A volume with less free space than this counts as full."""
+_MKFS = "/usr/sbin/mke2fs"
+_MOUNT, _UMOUNT = "/usr/bin/mount", "/usr/bin/umount"
+"""e2fsprogs and util-linux, by absolute path."""
+_MKFS_OPTIONS = [
+    "-q", "-F", "-t", "ext4", "-m", "0", "-O", "^has_journal",
+    "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+]  # fmt: skip
+_MOUNT_OPTIONS = "loop,nosuid,nodev,noatime,noinit_itable"
+_log = logging.getLogger(__name__)
+
+
+def _cap_words(disk_mb: int, inodes: int) -> str:
+    return f"the episode's disk cap of {disk_mb} MiB and {inodes} files"
+
+
+@functools.cache
+def _registry() -> Path:
+    registry = Path("/run/stepwise-swe-bench-volumes")
+    registry.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(registry)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
+        raise PermissionError(f"{registry} must be a directory only root can write")
+    return registry
+
+
+def _image(path: Path) -> Path:
+    return path.parent / f".{path.name}.img"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
+
+
+def make_volume(path: Path, disk_mb: int, inodes: int) -> bool:
+    """Make the empty directory ``path`` (created if missing) the mount point of its own
+    volume. False where volumes cannot be made here (not root, or no loop devices): then the
+    commands' ``TreeWatch`` enforces the caps."""
+    path = Path(path).absolute()
+    if os.geteuid() != 0 or not os.access(_MKFS, os.X_OK):
+        return False
+    _sweep()
+    path.mkdir(exist_ok=True)
+    if os.path.ismount(path):
+        raise RuntimeError(f"{path} is a mount point already")
+    image = _image(path)
+    image.unlink(missing_ok=True)  # a crashed run's, over a directory it no longer mounts
+    record = _registry() / uuid.uuid4().hex
+    pid = os.getpid()
+    record.write_text(json.dumps({"mount": str(path), "image": str(image), "pid": pid, "start": _start_time(pid)}))
+    try:
+        with open(image, "xb") as file:
+            file.truncate(disk_mb * MIB)
+        _run(_MKFS, *_MKFS_OPTIONS, "-N", str(inodes), str(image))
+        _run(_MOUNT, "-t", "ext4", "-o", _MOUNT_OPTIONS, str(image), str(path))
+    except OSError as error:
+        image.unlink(missing_ok=True)
+        record.unlink()
+        _log.warning("no volume for %s (%s): the disk cap is enforced by a watcher", path, error)
+        return False
+    (path / "lost+found").rmdir()
+    return True
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env={})
+    if done.returncode != 0:
+        raise OSError(errno.EIO, f"{Path(argv[0]).name} failed: {done.stderr.strip()[-300:]}")
+
+
+def release(path: Path) -> None:
+    """Unmount ``path``'s volume and delete its image, if it has one (its tree is being
+    removed: the mount point is left, empty, on the parent file system)."""
+    if os.geteuid() != 0:
+        return
+    path = Path(path).absolute()
+    for record in _records():
+        if record[1].get("mount") == str(path):
+            _drop(*record)
+
+
+def _records() -> list[tuple[Path, dict]]:
+    found = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in _registry().iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                found.append((entry, json.loads(entry.read_text())))
+    return found
+
+
+def _drop(record: Path, volume: dict) -> None:
+    mount = Path(volume["mount"])
+    if os.path.ismount(mount):
+        # Lazily if still busy: it goes when the last process holding it does.
+        done = subprocess.run([_UMOUNT, str(mount)], capture_output=True, check=False, env={})
+        if done.returncode != 0:
+            _run(_UMOUNT, "--lazy", str(mount))
+    Path(volume["image"]).unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
+
+
+def _sweep() -> None:
+    """Remove the volumes of makers that are gone (crashed runs), and those whose image is
+    gone (the runtime's directory was deleted under them)."""
+    for record, volume in _records():
+        gone = _start_time(int(volume.get("pid", 0))) != volume.get("start")
+        if gone or not Path(volume["image"]).exists():
+            with contextlib.suppress(OSError):
+                _drop(record, volume)
+
+
+class VolumeGuard:
+    """A command on a volume: the kernel enforces the caps; after it ends, a full volume is
+    noted on its result."""
+
+    interval_s: float | None = None
+
+    def __init__(self, path: Path, disk_mb: int, inodes: int) -> None:
+        self.path, self.disk_mb, self.inodes = path, disk_mb, inodes
+
+    def start(self, pid: int) -> None:
+        pass
+
+    def breach(self, running: bool) -> Breach | None:
+        if running:
+            return None
+        free = os.statvfs(self.path)
+        if free.f_bavail * free.f_frsize < _FULL_BYTES or free.f_favail == 0:
+            return Breach("exit", f"{_cap_words(self.disk_mb, self.inodes)} is reached: remove files to write more")
+        return None
+
+
+def tree_usage(path: Path, pids: list[int] = ()) -> tuple[int, int]:  # type: ignore[assignment]
+    """Allocated bytes and inodes of the tree at ``path`` (each inode once, however many hard
+    links it has; symlinks not followed; other file systems not entered), plus deleted files
+    that ``pids`` hold open on it. Directories its owner made unreadable are given back their
+    owner's permissions first (as before every command)."""
+    device = os.lstat(path).st_dev
+    seen: dict[int, int] = {}
+    stack = [os.fspath(path)]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except PermissionError:
+            with contextlib.suppress(OSError):
+                os.chmod(directory, stat.S_IMODE(os.lstat(directory).st_mode) | stat.S_IRWXU)
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+        except OSError:  # removed meanwhile
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            seen[info.st_ino] = info.st_blocks * 512
+            if stat.S_ISDIR(info.st_mode) and info.st_dev == device:
+                stack.append(entry.path)
+    for info in open_deleted_files(list(pids), device):
+        seen[info.st_ino] = info.st_blocks * 512
+    root = os.lstat(path)
+    seen[root.st_ino] = root.st_blocks * 512
+    return sum(seen.values()), len(seen)
+
+
+class TreeWatch:
+    """No volume: the tree's bytes and inodes, measured while a command runs."""
+
+    interval_s: float | None = WATCH_INTERVAL_S
+
+    def __init__(self, path: Path, disk_mb: int, inodes: int) -> None:
+        self.path, self.disk_mb, self.inodes = path, disk_mb, inodes
+        self.before = tree_usage(path)
+        """Bytes and inodes when the command started."""
+        self.root: int | None = None
+        self.peak = self.before
+
+    def start(self, pid: int) -> None:
+        self.root = pid
+
+    def breach(self, running: bool) -> Breach | None:
+        pids = descendants(self.root) if running and self.root is not None else []
+        used = tree_usage(self.path, pids)
+        self.peak = (max(self.peak[0], used[0]), max(self.peak[1], used[1]))
+        over = (used[0] > self.disk_mb * MIB and used[0] > self.before[0]) or (
+            used[1] > self.inodes and used[1] > self.before[1]
+        )
+        if not over:
+            return None
+        words = _cap_words(self.disk_mb, self.inodes)
+        if running:
+            return Breach("disk_limit", words)
+        return Breach("exit", f"the repository went past {words} ({used[0] // MIB} MiB, {used[1]} files): remove files")
+
+
+def disk_guard(path: Path, disk_mb: int, inodes: int) -> VolumeGuard | TreeWatch:
+    """What enforces the disk caps of a command in ``path``: its volume, or a watcher."""
+    if os.path.ismount(path):
+        return VolumeGuard(path, disk_mb, inodes)
+    return TreeWatch(path, disk_mb, inodes)
