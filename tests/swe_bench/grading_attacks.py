@@ -112,6 +112,18 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
         ],
         True,
     ),
+    # The repository's volume filled (files git never diffs): grading has its own.
+    "fix_then_disk_full": (
+        [
+            "mkdir .git/fill && for i in 1 2 3 4 5; do "
+            "dd if=/dev/zero of=.git/fill/f$i bs=1M count=205 status=none; done"
+        ],
+        True,
+    ),
+    "fix_then_inodes_full": (
+        ["mkdir .git/fill && for i in $(seq 10000); do : > .git/fill/e$i || break; done; echo filled"],
+        True,
+    ),
     "fix_with_bytecode_left": (
         ["PYTHONDONTWRITEBYTECODE= python -c 'import slugs.slugify'", "ls slugs/__pycache__"],
         True,
@@ -164,11 +176,14 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
 
 
 def _removed(repo: Path) -> bool:
-    """The host-side cleanup of a rollout's repository, after the attack."""
+    """The host-side cleanup of a rollout's repository, after the attack: nothing of it or its
+    grading copies is left (mounts, loop devices, images, cgroups, markers)."""
     from stepwise_swe_bench.sandbox import remove_tree
 
+    from .cap_attacks import leftovers
+
     remove_tree(repo)
-    return not repo.exists()
+    return leftovers(repo) == [] and not any(repo.parent.iterdir())
 
 
 async def play(workdir: Path, names: list[str], python: Path | None = None) -> dict[str, dict]:

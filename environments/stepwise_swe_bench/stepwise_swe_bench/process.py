@@ -43,7 +43,8 @@ class Guard(Protocol):
     """One cap of the episode, watched while a command runs."""
 
     interval_s: float | None
-    """How often it is measured while the command runs (None: only after it ended)."""
+    """How long until it is measured again while the command runs (None: only after it
+    ended); read before each wait, so a guard may adapt it."""
 
     def start(self, pid: int) -> None:
         """The command's process (the session leader: bwrap) has started."""
@@ -54,9 +55,9 @@ class Guard(Protocol):
         ...
 
 
-async def _watch(guard: Guard, interval_s: float) -> Breach:
+async def _watch(guard: Guard) -> Breach:
     while True:
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(guard.interval_s or 0)
         found = await asyncio.to_thread(guard.breach, True)
         if found is not None and found.termination != "exit":
             return found
@@ -116,7 +117,7 @@ async def run_process(
     feeder = asyncio.create_task(_feed(proc, stdin)) if stdin is not None else None
     for guard in guards:
         guard.start(proc.pid)
-    watchers = [asyncio.create_task(_watch(g, g.interval_s)) for g in guards if g.interval_s is not None]
+    watchers = [asyncio.create_task(_watch(g)) for g in guards if g.interval_s is not None]
     try:
         work = asyncio.create_task(_finish(proc, buffer, kill_bytes))
         done, _ = await asyncio.wait([work, *watchers], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)

@@ -226,6 +226,9 @@ def remove_tree(path: Path) -> None:
         _release_uid(path)
     if not (path.exists() or path.is_symlink()):
         return
+    with contextlib.suppress(OSError):
+        path.rmdir()  # empty (an unmounted volume's mount point): no processes to start
+        return
     if not path.is_symlink():
         subprocess.run([_CHMOD, "-R", "u+rwX", "--", str(path)], capture_output=True, check=False)
     done = subprocess.run([_RM, "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
