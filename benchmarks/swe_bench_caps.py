@@ -29,21 +29,14 @@ from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
 
 
 class _NoCap:
-    """The path before the caps: nothing joined, nothing watched."""
-
-    interval_s = None
+    """The path before the caps: no cgroup to join."""
 
     def join(self, argv: list[str]) -> list[str]:
         return argv
 
-    def guard(self) -> _NoCap:
-        return self
 
-    def start(self, pid: int) -> None:
-        pass
-
-    def breach(self, running: bool) -> None:
-        return None
+async def _no_guards(self, limits) -> list:
+    return []
 
 
 @contextlib.contextmanager
@@ -55,7 +48,7 @@ def caps(on: bool) -> Iterator[None]:
         mock.patch.object(box, "make_volume", lambda *a: False),
         mock.patch.object(volume, "make_volume", lambda *a: False),
         mock.patch.object(memory, "episode_memory", lambda *a: _NoCap()),
-        mock.patch.object(volume, "disk_guard", lambda *a: _NoCap()),
+        mock.patch.object(sandbox.BwrapSandbox, "_guards", _no_guards),
     ):
         yield
 

@@ -174,6 +174,7 @@ class CgroupMemory:
 class CgroupGuard:
     """One command under a cgroup: did the OOM killer act while it ran?"""
 
+    blocking = False
     interval_s: float | None = _OOM_POLL_S
 
     def __init__(self, cgroup: CgroupMemory) -> None:
@@ -192,6 +193,7 @@ class CgroupGuard:
 class TreeMemory:
     """No cgroup: the summed resident set of the command's processes, measured as it runs."""
 
+    blocking = True
     interval_s: float | None = WATCH_INTERVAL_S
 
     def __init__(self, cap_mb: int) -> None:

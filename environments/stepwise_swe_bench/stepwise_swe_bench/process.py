@@ -6,7 +6,7 @@ down the sandbox's PID namespace and with it every process the command started, 
 that left the group with ``setsid``.
 
 ``guards`` watch the episode's caps while the command runs (``memory``, ``volume``): each is
-polled every ``interval_s`` (in a thread: a tree walk may take a while) and once after the
+polled every ``interval_s`` (in a thread if it walks a tree or /proc) and once after the
 command ended; a breach while it runs kills the group like a timeout does.
 """
 
@@ -42,6 +42,9 @@ class Breach:
 class Guard(Protocol):
     """One cap of the episode, watched while a command runs."""
 
+    blocking: bool
+    """Measuring takes long enough (a walk of a tree or of /proc) to leave the event loop for a
+    thread."""
     interval_s: float | None
     """How long until it is measured again while the command runs (None: only after it
     ended); read before each wait, so a guard may adapt it."""
@@ -55,10 +58,14 @@ class Guard(Protocol):
         ...
 
 
+async def _measure(guard: Guard, running: bool) -> Breach | None:
+    return await asyncio.to_thread(guard.breach, running) if guard.blocking else guard.breach(running)
+
+
 async def _watch(guard: Guard) -> Breach:
     while True:
         await asyncio.sleep(guard.interval_s or 0)
-        found = await asyncio.to_thread(guard.breach, True)
+        found = await _measure(guard, True)
         if found is not None and found.termination != "exit":
             return found
 
@@ -151,7 +158,7 @@ async def run_process(
         # A cap hit in the last moments (the OOM killer's victim was the last process), or only
         # reached (a full volume).
         for guard in guards:
-            if (breach := await asyncio.to_thread(guard.breach, False)) is not None:
+            if (breach := await _measure(guard, False)) is not None:
                 termination = breach.termination
                 break
     cap = breach.cap if breach is not None else None

@@ -53,7 +53,7 @@ from typing import Protocol
 from . import memory, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
-from .process import run_process
+from .process import Guard, run_process
 
 __all__ = [
     "Bind",
@@ -467,10 +467,7 @@ class BwrapSandbox:
         limits: SandboxLimits | None = None,
     ) -> CommandResult:
         limits = limits or self.limits
-        guards = [
-            self.memory.guard(),
-            await asyncio.to_thread(volume.disk_guard, self.repo, limits.disk_mb, limits.inodes),
-        ]
+        guards = await self._guards(limits)
         with self.command(command, binds, files, limits=limits) as cmd:
             return await run_process(
                 self.memory.join(cmd.argv),
@@ -483,6 +480,15 @@ class BwrapSandbox:
                 env={},
                 guards=guards,
             )
+
+    async def _guards(self, limits: SandboxLimits) -> list[Guard]:
+        """The episode caps over one command: memory (the cgroup's OOM kills, or the process
+        tree's resident sets) and disk (the repository's volume, or a walk of its tree)."""
+        if os.path.ismount(self.repo):
+            disk: Guard = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
+        else:
+            disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
+        return [self.memory.guard(), disk]
 
     async def run(
         self,

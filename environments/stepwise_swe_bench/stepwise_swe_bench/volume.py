@@ -49,7 +49,7 @@ from pathlib import Path
 from .process import Breach
 from .proctree import descendants, open_deleted_files
 
-__all__ = ["TreeWatch", "VolumeGuard", "disk_guard", "make_volume", "release", "tree_usage"]
+__all__ = ["TreeWatch", "VolumeGuard", "make_volume", "release", "tree_usage"]
 
 MIB = 1024 * 1024
 WATCH_INTERVAL_S = 0.05
@@ -267,6 +267,7 @@ class VolumeGuard:
     """A command on a volume: the kernel enforces the caps; after it ends, a full volume is
     noted on its result."""
 
+    blocking = False
     interval_s: float | None = None
 
     def __init__(self, path: Path, disk_mb: int, inodes: int) -> None:
@@ -323,9 +324,11 @@ def tree_usage(path: Path, pids: list[int] = ()) -> tuple[int, int]:  # type: ig
 class TreeWatch:
     """No volume: the tree's bytes and inodes, measured while a command runs."""
 
+    blocking = True
     interval_s: float | None = WATCH_INTERVAL_S
 
     def __init__(self, path: Path, disk_mb: int, inodes: int) -> None:
+        """Measures the tree as it is before the command: construct it off the event loop."""
         self.path, self.disk_mb, self.inodes = path, disk_mb, inodes
         self.before = tree_usage(path)
         """Bytes and inodes when the command started."""
@@ -350,10 +353,3 @@ class TreeWatch:
         if running:
             return Breach("disk_limit", words)
         return Breach("exit", f"the repository went past {words} ({used[0] // MIB} MiB, {used[1]} files): remove files")
-
-
-def disk_guard(path: Path, disk_mb: int, inodes: int) -> VolumeGuard | TreeWatch:
-    """What enforces the disk caps of a command in ``path``: its volume, or a watcher."""
-    if os.path.ismount(path):
-        return VolumeGuard(path, disk_mb, inodes)
-    return TreeWatch(path, disk_mb, inodes)
