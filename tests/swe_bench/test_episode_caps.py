@@ -229,3 +229,14 @@ def test_without_a_cgroup_the_process_tree_is_watched(tmp_path: Path, monkeypatc
     assert result.termination == "memory_limit" and f"[{MEMORY_WORDS}]" in result.describe()
     assert asyncio.run(sandbox.run("echo ok")).output == "ok\n"
     remove_tree(repo)
+
+
+def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watcher_and_says_so(tmp_path: Path, monkeypatch, caplog):
+    def refuse(*args) -> CgroupMemory:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(memory, "_hierarchy", lambda: Hierarchy(1, tmp_path))
+    monkeypatch.setattr(CgroupMemory, "make", refuse)
+    with caplog.at_level("WARNING", logger="stepwise_swe_bench.memory"):
+        cap = memory.episode_memory(tmp_path / "repo", 256)
+    assert isinstance(cap, TreeMemory) and "enforced by a watcher" in caplog.text

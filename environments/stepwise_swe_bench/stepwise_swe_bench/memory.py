@@ -30,6 +30,7 @@ is removed with the repository (``release``); one whose maker is gone and that h
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -49,6 +50,7 @@ WATCH_INTERVAL_S = 0.1
 _OOM_POLL_S = 0.05
 """How often a cgroup's OOM-kill counter is read while a command runs."""
 _PREFIX = "stepwise-swe-bench-"
+_log = logging.getLogger(__name__)
 _JOIN = 'echo 0 > "$0" && exec "$@"'
 """sh: move this process into the cgroup whose ``cgroup.procs`` is ``$0``, then exec the rest."""
 
@@ -232,7 +234,11 @@ def episode_memory(repo: Path, cap_mb: int) -> CgroupMemory | TreeMemory:
     hierarchy = _hierarchy()
     if hierarchy is None:
         return TreeMemory(cap_mb)
-    cgroup = CgroupMemory.make(hierarchy, cap_mb)
+    try:
+        cgroup = CgroupMemory.make(hierarchy, cap_mb)
+    except OSError as error:
+        _log.warning("no memory cgroup for %s (%s): the memory cap is enforced by a watcher", repo, error)
+        return TreeMemory(cap_mb)
     marker.write_text(f"{cgroup.version} {cgroup.path}")
     return cgroup
 

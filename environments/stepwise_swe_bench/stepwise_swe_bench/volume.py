@@ -5,11 +5,14 @@ mount point of a file system of its own (``make_volume``): ext4 in a sparse imag
 (``.<name>.img``), ``disk_mb`` large with ``inodes`` inodes, loop-mounted ``nosuid,nodev``. A
 write past either fails with ENOSPC inside the sandbox, the host's file system holds only what
 was written, and a command that fills it gets a note on its result. Chosen by measurement on
-this project's machine (see the README): mkfs ~10 ms, mount ~10 ms, unmount ~5 ms per volume;
-a size-limited tmpfs mounts in ~5 ms but holds its contents in unswappable memory, so an episode
-could pin ``disk_mb`` of RAM. No journal (a volume is thrown away with its episode); inode
-tables are left uninitialised by mkfs and by the kernel (``noinit_itable``), so a new image
-takes ~2 MiB of the host's disk. The loop device is set to detach when unmounted.
+this project's machine (see the README): a size-limited tmpfs mounts in ~5 ms but holds its
+contents in unswappable memory, so an episode could pin ``disk_mb`` of RAM; an ext4 image is
+disk. Each image is a sparse copy of an empty one made once per process with mke2fs (~2 ms
+against 10-40 ms for mkfs), attached to a loop device and mounted with system calls (5-10 ms
+against 24-120 ms for mount(8) on the loaded machine). No journal (a volume is thrown away with
+its episode); inode tables are left uninitialised by mkfs and by the kernel
+(``noinit_itable``), so a new image takes ~2 MiB of the host's disk. The loop device detaches
+itself when unmounted.
 
 Each volume is recorded in ``/run/stepwise-swe-bench-volumes`` (root only) with its image and
 its maker (pid and start time); one whose maker is gone (a crashed run) is unmounted and
