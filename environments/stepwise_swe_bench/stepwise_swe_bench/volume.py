@@ -112,13 +112,15 @@ def make_volume(path: Path, disk_mb: int, inodes: int) -> bool:
     image.unlink(missing_ok=True)  # a crashed run's, over a directory it no longer mounts
     record = _registry() / uuid.uuid4().hex
     pid = os.getpid()
-    record.write_text(json.dumps({"mount": str(path), "image": str(image), "pid": pid, "start": _start_time(pid)}))
     try:
         _copy_sparse(_template(disk_mb, inodes), image)
+        # Recorded once its image exists (a sweep takes a record without one for stale), and
+        # before the mount, so a crash leaves no mount unrecorded.
+        record.write_text(json.dumps({"mount": str(path), "image": str(image), "pid": pid, "start": _start_time(pid)}))
         _mount(image, path)
     except OSError as error:
         image.unlink(missing_ok=True)
-        record.unlink()
+        record.unlink(missing_ok=True)
         _log.warning("no volume for %s (%s): the disk cap is enforced by a watcher", path, error)
         return False
     return True
