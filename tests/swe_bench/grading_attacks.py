@@ -99,6 +99,9 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
         ["printf 'raise RuntimeError(\"\\\\x1b]0;owned\\\\x07\\\\x00\")\\n' >> slugs/__init__.py"],
         False,
     ),
+    # The fix, with code that takes more than the episode's memory when the tests import it:
+    # the grading run is killed by the cap, and a killed run is no verdict.
+    "fix_that_exhausts_memory": (["printf '_hog = b\"x\" * (1536 * 1024 * 1024)\\n' >> slugs/__init__.py"], True),
     # Honest fixes that must still resolve:
     "fix": ([], True),
     "fix_diff_external": ([DIFF_EXTERNAL], True),
@@ -169,6 +172,7 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
         "test_output": result.test_output,
         "feedback": feedback(result, round_index=0, rounds_left=1, max_log_chars=3000),
         "hidden_lines": hidden_lines(instance.test_patch),
+        "run": result.run,
         "after": (await sandbox.run("echo still usable")).output,
         "outputs": outputs,
         "removed": _removed(repo),

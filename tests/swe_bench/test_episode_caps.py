@@ -240,3 +240,23 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watcher_and_says_so(tmp_
     with caplog.at_level("WARNING", logger="stepwise_swe_bench.memory"):
         cap = memory.episode_memory(tmp_path / "repo", 256)
     assert isinstance(cap, TreeMemory) and "enforced by a watcher" in caplog.text
+
+
+@pytest.mark.skipif(not ROOT, reason="volumes are root's")
+def test_volumes_made_at_once_are_all_recorded_and_removed(tmp_path: Path):
+    """Rollouts set up in threads: a sweep running beside another volume's set-up once took
+    its record (no image yet) for a crashed run's and dropped it, leaving a mount nobody
+    removed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stepwise_swe_bench.sandbox import remove_tree
+
+    repos = [tmp_path / f"r{i}" / "repo" for i in range(6)]
+    for repo in repos:
+        repo.parent.mkdir()
+    for _ in range(3):
+        with ThreadPoolExecutor(len(repos)) as pool:
+            assert all(pool.map(lambda repo: make_volume(repo, 64, 2048), repos))
+        for repo in repos:
+            remove_tree(repo)
+            assert leftovers(repo) == [], leftovers(repo)

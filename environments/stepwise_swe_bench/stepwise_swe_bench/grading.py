@@ -222,8 +222,8 @@ async def grade(
     test_output = _test_section(result.output)
     failures = failure_summary(test_output, hidden_lines(instance.test_patch))
     unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run)
-    if result.termination == "timeout":
-        return unparsed
+    if result.termination in ("timeout", "memory_limit", "disk_limit"):
+        return unparsed  # killed mid-run: what its log shows is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)
         log.flush()
@@ -261,9 +261,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
             "Remove those changes."
         ]
     elif not grade.log_parsed:
+        why = f"killed: {grade.run['cap']}" if grade.run.get("cap") else grade.run.get("termination", "unknown")
         lines.append(
-            "The tests could not be run or their output could not be read "
-            f"({grade.run.get('termination', 'unknown')}, exit code "
+            f"The tests could not be run or their output could not be read ({why}, exit code "
             f"{grade.run.get('exit_code', '?')})."
         )
     else:
