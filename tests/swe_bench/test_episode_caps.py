@@ -127,6 +127,18 @@ def test_a_crashed_runs_volume_and_cgroup_are_taken_over(tmp_path: Path):
     assert leftovers(fresh) == []
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT, reason="volumes and cgroups are root's")
+def test_a_run_that_exits_without_removing_its_trees_leaves_no_volume_or_cgroup(tmp_path: Path):
+    repo = tmp_path / "exited" / "repo"
+    repo.parent.mkdir()
+    script = CRASH.replace("os.kill(os.getpid(), signal.SIGKILL)", "")
+    child = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert not os.path.ismount(repo) and not Path(child.stdout.strip()).exists()
+    assert not (repo.parent / ".repo.img").exists()
+
+
 @pytest.mark.skipif(not ROOT, reason="volumes are root's")
 def test_a_volume_is_a_mount_point_with_the_caps(tmp_path: Path):
     repo = tmp_path / "repo"

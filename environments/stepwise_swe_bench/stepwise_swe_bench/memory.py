@@ -23,12 +23,13 @@ sandbox's ``/tmp`` and ``/dev/shm`` are bounded by their own sizes).
 
 A cgroup is named after the process that made it (pid and start time) and kept in a marker
 beside the repository (``.<name>.memory``) so the tool server's sandbox joins the same one. It
-is removed with the repository (``release``); one whose maker is gone and that holds no process
-(a crashed run) is removed by the next process that makes one.
+is removed with the repository (``release``), or when its maker exits; one whose maker is gone
+and that holds no process (a crashed run) is removed by the next process that makes one.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -155,6 +156,7 @@ class CgroupMemory:
         except BaseException:
             path.rmdir()
             raise
+        _MADE.add(path)
         return cls(path, hierarchy.version, cap_mb)
 
     def join(self, argv: list[str]) -> list[str]:
@@ -218,6 +220,22 @@ class TreeMemory:
             return None  # its processes are gone
         self.peak = max(self.peak, resident_bytes(descendants(self.root)))
         return Breach("memory_limit", _cap_words(self.cap_mb)) if self.peak > self.cap_mb * MIB else None
+
+
+_MADE: set[Path] = set()
+"""Cgroups this process made: those still there and empty at exit (a sandbox whose tree was
+never removed) are removed then."""
+
+
+@atexit.register
+def _remove_made() -> None:
+    mine = f"{_PREFIX}{_maker()}-"  # not a forked child's: the cgroups are its parent's
+    for path in _MADE:
+        with contextlib.suppress(OSError):
+            if not path.name.startswith(mine):
+                continue
+            if not _read(path / "cgroup.procs").split():
+                path.rmdir()
 
 
 def _marker(repo: Path) -> Path:

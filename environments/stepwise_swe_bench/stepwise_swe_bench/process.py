@@ -125,8 +125,8 @@ async def run_process(
     for guard in guards:
         guard.start(proc.pid)
     watchers = [asyncio.create_task(_watch(g)) for g in guards if g.interval_s is not None]
+    work = asyncio.create_task(_finish(proc, buffer, kill_bytes))
     try:
-        work = asyncio.create_task(_finish(proc, buffer, kill_bytes))
         done, _ = await asyncio.wait([work, *watchers], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if work in done:
             termination = "output_limit" if work.result() else "exit"
@@ -145,7 +145,7 @@ async def run_process(
                     pass
                 await proc.wait()
     finally:
-        for task in watchers:
+        for task in (work, *watchers):
             task.cancel()
         if proc.returncode is None:
             _kill_group(proc)

@@ -15,8 +15,9 @@ its episode); inode tables are left uninitialised by mkfs and by the kernel
 itself when unmounted.
 
 Each volume is recorded in ``/run/stepwise-swe-bench-volumes`` (root only) with its image and
-its maker (pid and start time); one whose maker is gone (a crashed run) is unmounted and
-deleted by the next process that makes a volume.
+its maker (pid and start time); the maker releases what is left of its own at exit, and one
+whose maker is gone (a crashed run) is unmounted and deleted by the next process that makes a
+volume.
 
 Elsewhere (an ordinary user) ``TreeWatch`` measures the repository while each command runs
 (every ``WATCH_INTERVAL_S``, and once after) and kills a command that took the tree past a cap;
@@ -256,6 +257,17 @@ def _drop(record: Path, volume: dict) -> None:
         _umount(mount)
     Path(volume["image"]).unlink(missing_ok=True)
     record.unlink(missing_ok=True)
+
+
+@atexit.register
+def _release_own() -> None:
+    """At exit, the volumes this process made and never released (its episodes' trees were
+    not removed)."""
+    if os.geteuid() == 0 and os.path.isdir("/run/stepwise-swe-bench-volumes"):
+        for record, volume in _records():
+            if volume.get("pid") == os.getpid():
+                with contextlib.suppress(OSError):
+                    _drop(record, volume)
 
 
 def _sweep() -> None:
