@@ -8,7 +8,7 @@ namespace reparents orphans (``setsid``, double forks) to the namespace's init, 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 __all__ = ["descendants", "open_deleted_files", "resident_bytes"]
 
@@ -50,7 +50,7 @@ def resident_bytes(pids: list[int]) -> int:
     return total
 
 
-def open_deleted_files(pids: list[int], device: int) -> Iterator[os.stat_result]:
+def open_deleted_files(pids: Sequence[int], device: int) -> Iterator[os.stat_result]:
     """Files on ``device`` that ``pids`` hold open after they were deleted: invisible to a walk
     of the tree, still taking space until closed."""
     for pid in pids:

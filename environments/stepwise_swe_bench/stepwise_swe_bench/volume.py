@@ -48,6 +48,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from .process import Breach
@@ -302,7 +303,7 @@ class VolumeGuard:
         return None
 
 
-def tree_usage(path: Path, pids: list[int] = ()) -> tuple[int, int]:  # type: ignore[assignment]
+def tree_usage(path: Path, pids: Sequence[int] = ()) -> tuple[int, int]:
     """Allocated bytes and inodes of the tree at ``path`` (each inode once, however many hard
     links it has; symlinks not followed; other file systems not entered), plus deleted files
     that ``pids`` hold open on it. Directories its owner made unreadable are given back their
@@ -331,7 +332,7 @@ def tree_usage(path: Path, pids: list[int] = ()) -> tuple[int, int]:  # type: ig
             seen[info.st_ino] = info.st_blocks * 512
             if stat.S_ISDIR(info.st_mode) and info.st_dev == device:
                 stack.append(entry.path)
-    for info in open_deleted_files(list(pids), device):
+    for info in open_deleted_files(pids, device):
         seen[info.st_ino] = info.st_blocks * 512
     root = os.lstat(path)
     seen[root.st_ino] = root.st_blocks * 512
