@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 TASK = "stepwise__slugs-21"
+LIMITS_FIELDS = {"timeout_s": 30, "disk_mb": 256, "inodes": 8192, "episode_memory_mb": 1024}
+"""Each scenario's sandbox: small episode caps, so the filling attacks reach them quickly."""
 
 PASS_ALL = """\
 import pytest
@@ -97,6 +99,9 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
         ["printf 'raise RuntimeError(\"\\\\x1b]0;owned\\\\x07\\\\x00\")\\n' >> slugs/__init__.py"],
         False,
     ),
+    # The fix, with code that takes more than the episode's memory when the tests import it:
+    # the grading run is killed by the cap, and a killed run is no verdict.
+    "fix_that_exhausts_memory": (["printf '_hog = b\"x\" * (1536 * 1024 * 1024)\\n' >> slugs/__init__.py"], True),
     # Honest fixes that must still resolve:
     "fix": ([], True),
     "fix_diff_external": ([DIFF_EXTERNAL], True),
@@ -110,6 +115,18 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
         ],
         True,
     ),
+    # The repository's volume filled (files git never diffs): grading has its own.
+    "fix_then_disk_full": (
+        [
+            "mkdir .git/fill && for i in 1 2 3 4 5; do "
+            "dd if=/dev/zero of=.git/fill/f$i bs=1M count=205 status=none; done"
+        ],
+        True,
+    ),
+    "fix_then_inodes_full": (
+        ["mkdir .git/fill && for i in $(seq 10000); do : > .git/fill/e$i || break; done; echo filled"],
+        True,
+    ),
     "fix_with_bytecode_left": (
         ["PYTHONDONTWRITEBYTECODE= python -c 'import slugs.slugify'", "ls slugs/__pycache__"],
         True,
@@ -117,18 +134,26 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
 }
 
 
+def _limits():
+    from stepwise_swe_bench.limits import SandboxLimits
+
+    return SandboxLimits(**LIMITS_FIELDS)
+
+
 async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
     from stepwise_swe_bench.fixtures import base_checkout, materialize
     from stepwise_swe_bench.grading import PatchError, feedback, grade, hidden_lines, model_patch, round_reward
     from stepwise_swe_bench.instances import load_instances
-    from stepwise_swe_bench.limits import SandboxLimits
     from stepwise_swe_bench.sandbox import BwrapSandbox
+    from stepwise_swe_bench.volume import make_volume
 
     (instance,) = load_instances(instance_ids=[TASK])
     repo = workdir / name / "repo"
     repo.parent.mkdir(parents=True)
+    limits = _limits()
+    make_volume(repo, limits.disk_mb, limits.inodes)  # as ``box.prepare_box`` does
     materialize(instance, repo)
-    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30), python=python, base=base_checkout(instance))
+    sandbox = BwrapSandbox(repo, limits, python=python, base=base_checkout(instance))
     commands, fix = SCENARIOS[name]
     if fix:
         applied = await sandbox.run("git apply -", stdin=instance.patch.encode())
@@ -147,6 +172,7 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
         "test_output": result.test_output,
         "feedback": feedback(result, round_index=0, rounds_left=1, max_log_chars=3000),
         "hidden_lines": hidden_lines(instance.test_patch),
+        "run": result.run,
         "after": (await sandbox.run("echo still usable")).output,
         "outputs": outputs,
         "removed": _removed(repo),
@@ -154,11 +180,14 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
 
 
 def _removed(repo: Path) -> bool:
-    """The host-side cleanup of a rollout's repository, after the attack."""
+    """The host-side cleanup of a rollout's repository, after the attack: nothing of it or its
+    grading copies is left (mounts, loop devices, images, cgroups, markers)."""
     from stepwise_swe_bench.sandbox import remove_tree
 
+    from .cap_attacks import leftovers
+
     remove_tree(repo)
-    return not repo.exists()
+    return leftovers(repo) == [] and not any(repo.parent.iterdir())
 
 
 async def play(workdir: Path, names: list[str], python: Path | None = None) -> dict[str, dict]:

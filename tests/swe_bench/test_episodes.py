@@ -17,6 +17,7 @@ scenarios share a run):
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
@@ -245,3 +246,7 @@ def test_every_episode_is_recorded_and_cleaned_up(run):
     # The repositories (and grading copies) went away with their rollouts.
     assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/repo"))
     assert not list(run["home"].glob(".cache/verifiers/runtimes/subprocess/*/.grading-*"))
+    # So did their volumes (as root: one per repository and grading copy) and loop devices.
+    assert str(run["home"]) not in Path("/proc/self/mountinfo").read_text()
+    backing = [b.read_text() for b in Path("/sys/block").glob("loop*/loop/backing_file")]
+    assert not [b for b in backing if str(run["home"]) in b]

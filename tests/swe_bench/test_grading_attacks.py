@@ -37,7 +37,8 @@ REJECTED = {
     "hidden_test_edit": "tests/test_slugify.py is a file the hidden tests change",
 }
 NOT_GRADED_AS_FIXED = ["ignored_conftest", "git_hook", "leak_through_exception", "terminal_escapes"]
-FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix]
+KILLED_BY_A_CAP = {"fix_that_exhausts_memory": "memory_limit"}
+FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix and name not in KILLED_BY_A_CAP]
 
 
 def check(results: dict[str, dict]) -> None:
@@ -52,6 +53,13 @@ def check(results: dict[str, dict]) -> None:
     for name in FIXES:
         result = results[name]
         assert result["resolved"] and result["reward"] == 1.0, (name, result["rejected"], result["test_output"][-500:])
+    for name, termination in KILLED_BY_A_CAP.items():
+        result = results[name]
+        assert result["reward"] == 0.0 and not result["resolved"] and result["rejected"] is None, name
+        assert result["run"]["termination"] == termination and result["run"]["cap"], (name, result["run"])
+        assert (
+            f"could not be run or their output could not be read (killed: {result['run']['cap']}" in result["feedback"]
+        )
     # Left out of the diff: what git ignores, and what the hook would have written at grading.
     assert "b/conftest.py" not in results["ignored_conftest"]["patch"]
     assert "b/conftest.py" not in results["git_hook"]["patch"]

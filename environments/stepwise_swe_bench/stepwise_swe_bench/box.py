@@ -24,7 +24,8 @@ from pydantic import BaseModel
 from .container import RuntimeSandbox
 from .instances import SweInstance
 from .limits import SandboxLimits
-from .sandbox import BwrapSandbox, Sandbox
+from .sandbox import BwrapSandbox, Sandbox, remove_tree
+from .volume import make_volume
 
 __all__ = ["BoxRef", "UnsupportedRuntime", "open_sandbox", "prepare_box"]
 
@@ -58,8 +59,13 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
         from .fixtures import base_checkout, materialize
 
         def local() -> BwrapSandbox:
-            materialize(instance, repo)
-            return BwrapSandbox(repo, limits, base=base_checkout(instance))
+            make_volume(repo, limits.disk_mb, limits.inodes)  # where it can: the disk caps
+            try:
+                materialize(instance, repo)
+                return BwrapSandbox(repo, limits, base=base_checkout(instance))
+            except BaseException:
+                remove_tree(repo)
+                raise
 
         repo = Path(runtime.info.id) / "repo"
         # File copies and (once per process) git and a probe sandbox: off the event loop.

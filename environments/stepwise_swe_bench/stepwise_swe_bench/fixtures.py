@@ -98,6 +98,6 @@ def base_checkout(instance: SweInstance) -> Path:
 
 def materialize(instance: SweInstance, dest: Path) -> None:
     """Put the bundled task's repository, a git checkout of its base commit, at ``dest``
-    (which must not exist) and hand it to the sandbox identity."""
-    shutil.copytree(base_checkout(instance), dest, symlinks=True)
+    (missing, or an empty directory: a volume) and hand it to the sandbox identity."""
+    shutil.copytree(base_checkout(instance), dest, symlinks=True, dirs_exist_ok=True)
     hand_over(dest)

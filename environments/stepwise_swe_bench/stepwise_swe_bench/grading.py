@@ -146,10 +146,14 @@ async def model_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float) -
     without build and cache output (``__pycache__``, ``*.pyc``, ``.pytest_cache``,
     ``*.egg-info``). Staged through a throwaway index in /tmp, so the model's own index is left
     alone; files the model made unreadable to itself are made readable first (they belong to the
-    diff). Whatever the repository's git configuration makes of it, this text is what is graded."""
+    diff). Nothing is written to the repository (the index and new objects go to /tmp), so a
+    repository that filled its volume still yields its diff. Whatever the repository's git
+    configuration makes of it, this text is what is graded."""
     result = await sandbox.run(
         "chmod -R u+rwX . 2>/dev/null; "
         "cp .git/index /tmp/vf-index 2>/dev/null; export GIT_INDEX_FILE=/tmp/vf-index; "
+        "mkdir /tmp/vf-objects; export GIT_OBJECT_DIRECTORY=/tmp/vf-objects "
+        'GIT_ALTERNATE_OBJECT_DIRECTORIES="$PWD/.git/objects"; '
         f"{_GIT} add --all -- . {_GENERATED} >/dev/null 2>/tmp/vf-err && "
         f"{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>/tmp/vf-err "
         "|| { echo; cat /tmp/vf-err; exit 1; }",
@@ -218,8 +222,8 @@ async def grade(
     test_output = _test_section(result.output)
     failures = failure_summary(test_output, hidden_lines(instance.test_patch))
     unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run)
-    if result.termination == "timeout":
-        return unparsed
+    if result.termination in ("timeout", "memory_limit", "disk_limit"):
+        return unparsed  # killed mid-run: what its log shows is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)
         log.flush()
@@ -257,9 +261,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
             "Remove those changes."
         ]
     elif not grade.log_parsed:
+        why = f"killed: {grade.run['cap']}" if grade.run.get("cap") else grade.run.get("termination", "unknown")
         lines.append(
-            "The tests could not be run or their output could not be read "
-            f"({grade.run.get('termination', 'unknown')}, exit code "
+            f"The tests could not be run or their output could not be read ({why}, exit code "
             f"{grade.run.get('exit_code', '?')})."
         )
     else:

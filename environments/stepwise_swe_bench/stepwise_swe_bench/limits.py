@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_config import BaseConfig
 
 __all__ = ["SandboxLimits", "grading_limits", "shell_prelude"]
@@ -22,7 +22,8 @@ MIB = 1024 * 1024
 
 
 class SandboxLimits(BaseConfig):
-    """Per-command limits. Sizes in MiB, times in seconds."""
+    """Per-command limits, and three caps per episode (disk, inodes, memory). Sizes in MiB,
+    times in seconds."""
 
     timeout_s: float = Field(60.0, gt=0)
     """Wall-clock limit; on expiry the whole process tree is killed."""
@@ -44,6 +45,26 @@ class SandboxLimits(BaseConfig):
     """Output kept for the record: the first and last halves of this many bytes."""
     output_kill_bytes: int = Field(16 * MIB, gt=0)
     """A command producing more output than this is killed."""
+    disk_mb: int = Field(4096, ge=16)
+    """Per episode: total size of the repository's file system (bubblewrap sandbox only). As
+    root, the repository is its own ext4 volume of this size; otherwise a command whose writes
+    take the tree past it is killed (``volume``)."""
+    inodes: int = Field(262_144, ge=1024)
+    """Per episode: files and directories the repository may hold (as ``disk_mb``)."""
+    episode_memory_mb: int = Field(8192, ge=64)
+    """Per episode: resident memory of every process of the episode's commands together (a
+    memory cgroup, swap included; else a watcher of the process tree, ``memory``; bubblewrap
+    sandbox only)."""
+
+    @model_validator(mode="after")
+    def _inodes_fit(self) -> SandboxLimits:
+        # ext4 keeps 256 bytes per inode: the inode tables may take at most half the volume.
+        if self.inodes * 256 > self.disk_mb * MIB // 2:
+            raise ValueError(
+                f"sandbox.inodes={self.inodes} do not fit a volume of sandbox.disk_mb={self.disk_mb}: "
+                f"at most {self.disk_mb * MIB // 512} inodes, or raise disk_mb"
+            )
+        return self
 
 
 def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 __all__ = ["CommandResult", "OutputBuffer", "Termination", "printable"]
 
-Termination = Literal["exit", "timeout", "output_limit"]
+Termination = Literal["exit", "timeout", "output_limit", "memory_limit", "disk_limit"]
 # ANSI escape sequences (OSC, CSI, two-byte ESC forms), then C0/C1 controls other than \t, \n.
 _CONTROL = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
@@ -61,7 +61,9 @@ class OutputBuffer:
             return (bytes(self._head) + tail).decode(errors="replace")
         return f"{head}\n[... {self.dropped} bytes of output omitted ...]\n{tail.decode(errors='replace')}"
 
-    def result(self, command: str, exit_code: int, termination: Termination, duration_s: float) -> CommandResult:
+    def result(
+        self, command: str, exit_code: int, termination: Termination, duration_s: float, cap: str | None = None
+    ) -> CommandResult:
         """The record of the command whose output this buffer holds."""
         return CommandResult(
             command=command,
@@ -71,14 +73,16 @@ class OutputBuffer:
             dropped_bytes=self.dropped,
             termination=termination,
             duration_s=round(duration_s, 4),
+            cap=cap,
         )
 
 
 @dataclass(frozen=True)
 class CommandResult:
     """What one command did. ``exit_code`` follows ``subprocess``: negative = killed by that
-    signal. ``termination`` says who ended it: the command itself, the wall-clock limit, or the
-    output limit."""
+    signal. ``termination`` says who ended it: the command itself, the wall-clock limit, the
+    output limit, or an episode cap (memory, disk); ``cap`` names that cap in words, or one the
+    command ran into without being killed (a full volume)."""
 
     command: str
     exit_code: int
@@ -87,6 +91,7 @@ class CommandResult:
     dropped_bytes: int
     termination: Termination
     duration_s: float
+    cap: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -98,8 +103,13 @@ class CommandResult:
             "exit": f"[exit code {self.exit_code}]",
             "timeout": "[killed: the command exceeded its time limit]",
             "output_limit": "[killed: the command produced too much output]",
+            "memory_limit": f"[killed: {self.cap}]",
+            "disk_limit": f"[killed: {self.cap}]",
         }
-        return f"{printable(self.output).rstrip()}\n{notes[self.termination]}".lstrip("\n")
+        note = notes[self.termination]
+        if self.cap is not None and self.termination == "exit":
+            note += f"\n[{self.cap}]"
+        return f"{printable(self.output).rstrip()}\n{note}".lstrip("\n")
 
     def record(self, max_chars: int = 2000) -> dict[str, Any]:
         """A compact, JSON-ready record for the episode (output shortened to its tail)."""

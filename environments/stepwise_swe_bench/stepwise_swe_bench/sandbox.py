@@ -50,9 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from . import memory, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
-from .process import run_process
+from .process import Guard, run_process
 
 __all__ = [
     "Bind",
@@ -217,10 +218,16 @@ def remove_tree(path: Path) -> None:
     """Delete a tree a command built: however deep (``shutil.rmtree`` recurses in Python and
     raises ``RecursionError`` near 1,000 levels), with read-only or unreadable directories
     (given back their owner's permissions first). coreutils by absolute path; symlinks are
-    removed, never followed; other file systems mounted inside are left alone."""
+    removed, never followed; other file systems mounted inside are left alone. The episode's
+    cgroup and volume (``path`` as its mount point) go with it."""
+    memory.release(path)
+    volume.release(path)
     if os.geteuid() == 0:
         _release_uid(path)
     if not (path.exists() or path.is_symlink()):
+        return
+    with contextlib.suppress(OSError):
+        path.rmdir()  # empty (an unmounted volume's mount point): no processes to start
         return
     if not path.is_symlink():
         subprocess.run([_CHMOD, "-R", "u+rwX", "--", str(path)], capture_output=True, check=False)
@@ -335,6 +342,8 @@ class BwrapSandbox:
         self.privileged = os.geteuid() == 0
         self.uid, self.gid = sandbox_identity(self.repo) if self.privileged else (USERNS_ID, USERNS_ID)
         self._check()
+        self.memory = memory.episode_memory(self.repo, self.limits.episode_memory_mb)
+        """The episode's memory cap: the repository's cgroup, or a watcher of each command."""
 
     # -- command line -------------------------------------------------------------------------
 
@@ -457,9 +466,11 @@ class BwrapSandbox:
         label: str | None = None,
         limits: SandboxLimits | None = None,
     ) -> CommandResult:
+        limits = limits or self.limits
+        guards = await self._guards(limits)
         with self.command(command, binds, files, limits=limits) as cmd:
             return await run_process(
-                cmd.argv,
+                self.memory.join(cmd.argv),
                 label=label or command,
                 timeout_s=timeout_s or self.limits.timeout_s,
                 kept_bytes=kept_bytes or self.limits.output_kept_bytes,
@@ -467,7 +478,17 @@ class BwrapSandbox:
                 stdin=stdin,
                 pass_fds=cmd.fds,
                 env={},
+                guards=guards,
             )
+
+    async def _guards(self, limits: SandboxLimits) -> list[Guard]:
+        """The episode caps over one command: memory (the cgroup's OOM kills, or the process
+        tree's resident sets) and disk (the repository's volume, or a walk of its tree)."""
+        if os.path.ismount(self.repo):
+            disk: Guard = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
+        else:
+            disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
+        return [self.memory.guard(), disk]
 
     async def run(
         self,
@@ -493,14 +514,16 @@ class BwrapSandbox:
 
     @contextlib.asynccontextmanager
     async def pristine(self) -> AsyncIterator[BwrapSandbox]:
-        """A copy of ``base`` (host-side: it is trusted) under ``scratch``, owned by its own
-        sandbox identity, as a sandbox; deleted on exit. The model's repository is not read."""
+        """A copy of ``base`` (host-side: it is trusted) under ``scratch``, on a volume of its own
+        (so a full repository cannot starve grading), owned by its own sandbox identity, as a
+        sandbox; deleted on exit. The model's repository is not read."""
         if self.base is None:
             raise RuntimeError(f"the sandbox over {self.repo} has no base checkout to grade in")
         copy = self.scratch / f".grading-{uuid.uuid4().hex[:12]}"
 
         def make() -> BwrapSandbox:
-            shutil.copytree(self.base, copy, symlinks=True)
+            volume.make_volume(copy, self.limits.disk_mb, self.limits.inodes)
+            shutil.copytree(self.base, copy, symlinks=True, dirs_exist_ok=True)
             hand_over(copy)
             return BwrapSandbox(copy, self.limits, python=self.python, scratch=self.scratch)
 
