@@ -57,11 +57,11 @@ def ms(values: list[float]) -> str:
     return f"median {statistics.median(values) * 1e3:7.1f} ms"
 
 
-async def main() -> None:
+async def main(argv: list[str] | None = None) -> dict[tuple[str, bool], list[float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--commands", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     instances = load_instances()
     limits = SandboxLimits()
     timings: dict[tuple[str, bool], list[float]] = {}
@@ -101,6 +101,7 @@ async def main() -> None:
         off, on_ = timings[(what, False)], timings[(what, True)]
         added = statistics.median(on_) - statistics.median(off)
         print(f"{what:38s} without {ms(off)}   with {ms(on_)}   added {added * 1e3:+6.1f} ms")
+    return timings
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ async def play(workdir: Path, names: list[str], python: Path | None = None) -> d
 def as_ordinary_user(uid: int, workdir: Path, python: Path, names: list[str]) -> None:
     """Run the attacks as ``uid`` and print their results as JSON (imported first: this
     interpreter may live where ``uid`` cannot read)."""
+    import concurrent.futures.thread  # noqa: F401 - asyncio.to_thread's lazy import
+
     import stepwise_swe_bench.limits
     import stepwise_swe_bench.sandbox
     import stepwise_swe_bench.volume  # noqa: F401

@@ -27,6 +27,7 @@ from stepwise_swe_bench.sandbox import hand_over
 NOBODY = 65534
 PROBE = r"""
 import asyncio, json, os, sys
+import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cannot read this Python
 from pathlib import Path
 import stepwise_swe_bench
 from stepwise_swe_bench.sandbox import HIDDEN, BwrapSandbox

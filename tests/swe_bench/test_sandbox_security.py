@@ -170,6 +170,7 @@ def sandbox_processes(repo: Path) -> set[int]:
 
 UNPRIVILEGED_CHILD = r"""
 import asyncio, json, os, sys
+import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cannot read this Python
 from pathlib import Path
 
 import pytest
