@@ -2,8 +2,8 @@
 
 Each test sends what a model could write (to the parser, or as scripted replies through the
 env) and asserts it earns no more than it should, ends in bounded time, or is a recorded error.
-Properties of the design (the score in the feedback, near misses under a summed return) are
-pinned as such; the README and docs/estimators.md say what to do about them.
+Properties of the design (the score in the feedback) are pinned as such; the bundle's README
+says what to do about them.
 """
 
 from __future__ import annotations
