@@ -100,7 +100,7 @@ async def measure(harness: str, base_url: str, episodes: int) -> dict:
 def _check(harness: str, episode: vf.Episode) -> None:
     """Both harnesses must play the same episode: ok, four scored turns, one node each."""
     (trace,) = episode.traces
-    if not episode.ok or trace.info.get("turn_rewards") != [0.0] * TURNS:
+    if not episode.ok or trace.info.get("turn_scores") != [0.0] * TURNS:  # refine records scores
         raise SystemExit(f"{harness}: unexpected episode (ok={episode.ok}, errors={trace.errors}, info={trace.info})")
     if [len(nodes) for nodes in trace.info["turn_nodes"]] != [1] * TURNS:
         raise SystemExit(f"{harness}: unexpected turn nodes {trace.info['turn_nodes']}")

@@ -26,6 +26,7 @@ from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
 from verifiers_stepwise.estimators.returns import discounted_returns
 from verifiers_stepwise.testing.trace_files import make_episode, write_episodes, write_large_traces
 from verifiers_stepwise.traces.credit import score_group
+from verifiers_stepwise.traces.turns import read_turns
 
 VF_STEPWISE = Path(sys.executable).with_name("vf-stepwise")
 
@@ -673,7 +674,8 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
                 expected.update(((episode.id, t), v) for t, v in enumerate(values))
         assert {(r["episode"], r["turn"]): r[name] for r in rows} == expected
     assert max(r["turns"] for r in rows) == 3 and len({r["reward"] for r in rows}) > 3
-    groups = [[e.traces[0].info["turn_rewards"] for e in g if e.ok] for g in library_groups(episodes).values()]
+    assert all("turn_scores" in e.traces[0].info for e in episodes)  # refine records scores
+    groups = [[read_turns(e.traces[0]).rewards for e in g if e.ok] for g in library_groups(episodes).values()]
     assert_rows_close(report["estimators"][0]["turns"], per_turn_reference(groups, get_estimator("stepwise")))
 
 

@@ -41,7 +41,7 @@ def by_task(episodes):
 
 
 def rewards_of(group):
-    return sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
+    return sorted((read_turns(e.traces[0]).rewards for e in group), key=len)
 
 
 @pytest.mark.slow
@@ -55,13 +55,15 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     assert len(run.episodes) == 6
     assert all(body["temperature"] == 0.7 for body in server.chat_requests if "17 * 23" in str(body))
     multiply, divide, power = by_task(run.episodes)
-    assert rewards_of(multiply) == [[1.0], [pytest.approx(1 - 9 / 391), 1.0]]
-    assert rewards_of(divide) == [[1.0], pytest.approx([1 - 2 / 12, 1 - 1 / 12, 1 - 1 / 12])]
+    # refine records each turn's score; a turn's reward is what it improved
+    assert all("turn_scores" in e.traces[0].info and "turn_rewards" not in e.traces[0].info for e in run.episodes)
+    assert rewards_of(multiply) == [[1.0], pytest.approx([1 - 9 / 391, 9 / 391])]
+    assert rewards_of(divide) == [[1.0], pytest.approx([1 - 2 / 12, 1 / 12, 0.0])]
     (failed,) = [e for e in power if not e.ok]
     (silent,) = [e for e in power if e.ok]
     assert failed.traces[0].errors[-1].status_code == 500
-    assert failed.traces[0].info["turn_rewards"] == [pytest.approx(1 - 24 / 1024)]  # kept
-    assert silent.traces[0].info["turn_rewards"] == [0.0, 0.0, 0.0]
+    assert failed.traces[0].info["turn_scores"] == [pytest.approx(1 - 24 / 1024)]  # kept
+    assert silent.traces[0].info["turn_scores"] == [0.0, 0.0, 0.0]
     for episode in run.episodes:
         trace = episode.traces[0]
         turns = read_turns(trace)  # the schema validates against the trace's own nodes
@@ -74,7 +76,7 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     for group in (multiply, divide, power):
         scored = [e for e in group if e.ok]
         advantages = score_group(group, "stepwise")
-        expected = stepwise([e.traces[0].info["turn_rewards"] for e in scored])
+        expected = stepwise([read_turns(e.traces[0]).rewards for e in scored])
         assert [a for a, e in zip(advantages, group) if e.ok] == expected
         for episode, values in zip(group, advantages):
             trace = episode.traces[0]
@@ -84,7 +86,12 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
                 assert trace.info["turn_credit"]["advantages"] == values
             else:
                 assert values == [] and "excluded" in trace.info["turn_credit"]
-    assert multiply[0].traces[0].info["turn_credit"]["advantages"] != [0.0]
+    # Recorded as scores, an undiscounted return from turn 0 is the final score: both multiply
+    # rollouts end right, so neither first turn is preferred, and the turn that fixed the near
+    # miss earns its gain; divide's second rollout ends below 1.0 and loses.
+    credit = sorted((e.traces[0].info["turn_credit"]["advantages"] for e in multiply), key=len)
+    assert credit == [[pytest.approx(0.0, abs=1e-12)], [pytest.approx(0.0, abs=1e-12), pytest.approx(9 / 391 / 2)]]
+    assert any(min(e.traces[0].info["turn_credit"]["advantages"]) < 0 for e in divide)
 
 
 @pytest.mark.slow
@@ -98,8 +105,9 @@ def test_vf_eval_any_taskset_with_env_id_stepwise_refine(server, tmp_path):
     assert run.run_dir.name.startswith("stepwise-refine+reverse-words--local-model--stepwise-chat--")
     four, three = by_task(run.episodes)
     assert four[0].env.id == "stepwise-refine+reverse-words"
-    assert four[0].traces[0].info["turn_rewards"] == [0.5, 1.0]
-    assert three[0].traces[0].info["turn_rewards"] == [1.0]
+    assert four[0].traces[0].info["turn_scores"] == [0.5, 1.0]
+    assert read_turns(four[0].traces[0]).rewards == [0.5, 0.5]
+    assert read_turns(three[0].traces[0]).rewards == [1.0]
     assert four[0].traces[0].rewards["in_place"].score == 1.0  # the task's own reward at close
     (second,) = [b for b in server.chat_requests if "one two three four" in str(b) and len(b["messages"]) == 3]
     assert (

@@ -193,3 +193,12 @@ async def test_exclude_think_without_reasoning_is_one_branch(guess_env):
     trace = only_trace(game3)
     (branch,) = trace.branches
     assert [m.content for m in branch.messages if m.role == "assistant"] == [" 5\n", "2 ", "3"]
+
+
+@pytest.mark.parametrize("given", [{}, {"reward": 1.0, "score": 1.0}, {"message": "again"}])
+def test_a_turn_result_takes_exactly_one_of_reward_and_score(given):
+    from verifiers_stepwise.envs.env import TurnResult
+
+    with pytest.raises(ValueError, match="exactly one of reward= and score="):
+        TurnResult(**given)
+    assert TurnResult(0.5, "again").reward == 0.5 and TurnResult(score=0.5).score == 0.5

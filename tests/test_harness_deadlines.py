@@ -217,7 +217,7 @@ def test_vf_eval_upstream_errors_and_rate_limits(tmp_path: Path):
     assert [b.get("stream") for b in asked[overflow_key]] == [True, None]
     assert overflow.errors[-1].status_code == 400 and CONTEXT_ERROR in overflow.errors[-1].message
     # Retry-After does not pass the interception: the back-off (0.25, 0.5, 1 s) waits, the episode survives
-    assert survivor.ok and survivor.info["turn_rewards"] == [1.0] and len(asked[survivor_key]) == 4
+    assert survivor.ok and survivor.info["turn_scores"] == [1.0] and len(asked[survivor_key]) == 4
     # never cleared: waits of 0.25, 0.5, 1, 2 s, then the next (4 s) would pass the 6 s call_timeout
     assert limited.errors[-1].status_code == 429 and len(asked[limited_key]) == 5
     assert elapsed < 60

@@ -8,11 +8,12 @@ import pytest
 import verifiers.v1 as vf
 from stepwise_refine.arithmetic import ArithmeticData, ArithmeticTask, last_number
 
-from verifiers_stepwise import available_environments
+from verifiers_stepwise import available_environments, get_estimator
 from verifiers_stepwise.envs.refine import RefineConfig, RefineEnv, score_so_far
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.traces.turns import read_turns
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
 
@@ -43,7 +44,12 @@ def test_the_bundle_registers_the_env_id_and_resolves_through_verifiers():
 
 async def test_turns_are_scored_with_the_tasks_own_reward_until_solved():
     trace, requests = await refine({"17 * 23": ["About 400.", "It is 390.", "391"]})
-    assert trace.info["turn_rewards"] == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])
+    # each turn's score φ_t describes the answer as it stands: recorded as a score, and a turn
+    # earns what it improved, r_t = φ_t − φ_(t−1)
+    assert trace.info["turn_scores"] == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])
+    assert "turn_rewards" not in trace.info and len(trace.info["turn_nodes"]) == 3
+    assert read_turns(trace).rewards == pytest.approx([1 - 9 / 391, 8 / 391, 1 / 391])
+    assert trace.reward == 1.0  # the trace's own reward: the final score
     assert trace.rewards["closeness"].score == 1.0  # the close-time score, untouched mid-episode
     assert set(trace.rewards) == {"closeness"} and "judge_calls" not in trace.info
     assert requests[1]["messages"][-1]["content"] == (
@@ -58,10 +64,27 @@ async def test_threshold_and_feedback_are_configurable():
         max_turns=3,
         feedback="Turn {turn}: {score:.3f}, {turns_left} left.",
     )
-    assert trace.info["turn_rewards"] == pytest.approx([1 - 11 / 391, 1.0, 1.0])  # never "solved"
+    assert trace.info["turn_scores"] == pytest.approx([1 - 11 / 391, 1.0, 1.0])  # never "solved"
+    assert read_turns(trace).rewards == pytest.approx([1 - 11 / 391, 11 / 391, 0.0])  # a repeat earns 0
     assert [r["messages"][-1]["content"] for r in requests[1:]] == ["Turn 1: 0.972, 2 left.", "Turn 2: 1.000, 1 left."]
     trace, _ = await refine({"17 * 23": ["380", "391"]}, threshold=0.95)
-    assert trace.info["turn_rewards"] == pytest.approx([1 - 11 / 391])
+    assert trace.info["turn_scores"] == pytest.approx([1 - 11 / 391])
+
+
+@pytest.mark.slow
+async def test_a_repeated_near_miss_earns_no_more_than_its_first_turn_under_the_default_estimator():
+    """The README quickstart's first group (391, 400 ×4, 12, "no idea") as refine traces. Were
+    the per-turn scores recorded as rewards, the four near misses 0.98 would sum to 3.9 and the
+    default estimator would give them +2.65, +2.18, +1.45, +0.73 and the right answer −0.26.
+    Recorded as scores, the right answer's first turn gets the most, the repeats nothing."""
+    scripts = [["391"], ["400"] * 4, ["12"] * 4, ["no idea"] * 4]
+    traces = [(await refine({"17 * 23": script}))[0] for script in scripts]
+    rewards = [read_turns(trace).rewards for trace in traces]
+    assert rewards[1] == pytest.approx([1 - 9 / 391, 0.0, 0.0, 0.0])
+    right, near_miss, *_ = get_estimator("stepwise")(rewards)
+    assert right[0] > near_miss[0] > 0
+    assert near_miss[1:] == [0.0, 0.0, 0.0]
+    assert (round(right[0], 2), round(near_miss[0], 2)) == (0.50, 0.48)  # the README's numbers
 
 
 class RuntimeOnlyTask(vf.Task):

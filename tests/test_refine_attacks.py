@@ -2,8 +2,8 @@
 
 Each test sends what a model could write (to the parser, or as scripted replies through the
 env) and asserts it earns no more than it should, ends in bounded time, or is a recorded error.
-Properties of the design (the score in the feedback, near misses under a summed return) are
-pinned as such; the README and docs/estimators.md say what to do about them.
+Properties of the design (the score in the feedback) are pinned as such; the bundle's README
+says what to do about them.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ async def test_a_model_that_only_calls_tools_ends_at_the_call_cap():
     ``max_turns × max_calls_per_turn`` (64): 2 turns, 128 calls, then stop ``max_turns``."""
     trace = await refine([TOOL_CALL], max_turns=2)
     assert trace.stop_condition == "max_turns" and trace.num_turns == 128 and trace.ok
-    assert trace.info["turn_rewards"] == [0.0] and trace.info["forfeited_turns"] == 1  # forfeit: 0
+    assert trace.info["turn_scores"] == [0.0] and trace.info["forfeited_turns"] == 1  # forfeit: 0
 
 
 def test_the_call_cap_follows_the_turns_and_yields_to_an_explicit_one():
@@ -120,7 +120,7 @@ async def test_the_feedback_score_is_an_oracle_for_the_answer():
         return str(round(300 / score))
 
     trace = await refine(["300", from_feedback], feedback="Your answer scored {score:.4f}.")
-    assert trace.info["turn_rewards"] == pytest.approx([300 / 391, 1.0])
+    assert trace.info["turn_scores"] == pytest.approx([300 / 391, 1.0])
 
 
 def test_quitting_does_not_pay_when_rewards_are_not_negative():

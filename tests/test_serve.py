@@ -9,6 +9,7 @@ from stepwise_refine.arithmetic import ArithmeticTaskset
 from verifiers_stepwise import get_estimator, read_turns, score_group
 from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
+from verifiers_stepwise.traces.turns import score_differences
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
 
@@ -30,8 +31,8 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
             group = [await client.run(**run, on_delta=deltas.append) for _ in range(3)]
     assert all(isinstance(e, vf.Episode) and e.ok for e in group)
     assert deltas  # the traces streamed in turn by turn
-    rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
-    assert [len(r) for r in rewards] == [1, 2, 3] and all(r[-1] == 1.0 for r in rewards)
-    assert all(read_turns(e.traces[0]).rewards == e.traces[0].info["turn_rewards"] for e in group)
+    scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
+    assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
+    assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
     advantages = score_group(group, "stepwise")
-    assert advantages == get_estimator("stepwise")([e.traces[0].info["turn_rewards"] for e in group])
+    assert advantages == get_estimator("stepwise")([read_turns(e.traces[0]).rewards for e in group])

@@ -20,6 +20,7 @@ from verifiers_stepwise.traces.turns import (
     TurnSchemaError,
     append_turn,
     append_turn_score,
+    forfeit_turns,
     read_turns,
     score_differences,
     turn_samples,
@@ -340,6 +341,38 @@ def test_append_turn_score_records_scores_and_nodes():
     append_turn_score(b.trace, 0.75, [second])
     assert b.trace.info["turn_scores"] == [None, 0.75] and b.trace.info["turn_nodes"] == [[first], [second]]
     assert read_turns(b.trace) == TraceTurns([0.0, 0.75], [[first], [second]])
+
+
+@pytest.mark.parametrize("first, then", [(append_turn, append_turn_score), (append_turn_score, append_turn)])
+def test_one_trace_records_its_turns_by_rewards_or_by_scores_never_both(first, then):
+    key = "turn_rewards" if first is append_turn else "turn_scores"
+    b = TraceBuilder()
+    first(b.trace, 0.5, [one := b.sample("first")])
+    b.add(vf.UserMessage(content="Again."))
+    second = b.sample("second")
+    with pytest.raises(TurnSchemaError, match=f"trace {b.trace.id}: its turns are recorded as turn_"):
+        then(b.trace, 0.75, [second])
+    assert b.trace.info["turn_nodes"] == [[one]] and sorted(b.trace.info) == ["turn_nodes", key]  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "scores, charged, rewards",
+    [
+        ([0.25, 0.5], [0.25, -0.5], [0.25, -0.75]),  # r_last 0.25 - 1
+        ([0.25, None], [0.25, -0.75], [0.25, -1.0]),  # unscored last turn: φ_prev - 1
+        ([None], [-1.0], [-1.0]),
+    ],
+)
+def test_a_forfeit_on_scores_changes_the_last_reward_as_on_rewards(scores, charged, rewards):
+    """forfeit_turns adds the forfeit to r_last = φ_last − φ_prev, whichever kind the trace holds."""
+    by_scores, by_rewards = TraceBuilder(), TraceBuilder()
+    for score, reward in zip(scores, score_differences(scores)):
+        append_turn_score(by_scores.trace, score, [by_scores.sample("try")])
+        append_turn(by_rewards.trace, reward, [by_rewards.sample("try")])
+    forfeit_turns(by_scores.trace, 2, -1.0)
+    forfeit_turns(by_rewards.trace, 2, -1.0)
+    assert by_scores.trace.info["turn_scores"] == charged and by_scores.trace.info["forfeited_turns"] == 2
+    assert read_turns(by_scores.trace).rewards == read_turns(by_rewards.trace).rewards == rewards
 
 
 # -- forked traces: whose future a turn's return sums --------------------------------------------

@@ -21,6 +21,7 @@ from verifiers_stepwise import read_turns
 from verifiers_stepwise.envs import compat
 from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
+from verifiers_stepwise.traces.turns import score_differences
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_VAR = "STEPWISE_TEST_API_KEY"
@@ -80,7 +81,7 @@ async def test_a_refine_episode_runs_through_stepwise_chat_on_this_verifiers(mon
             )
             group = [await client.run(**run) for _ in range(2)]
     assert all(e.ok for e in group), [e.errors for e in group]
-    rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
-    assert [len(r) for r in rewards] == [1, 2] and all(r[-1] == 1.0 for r in rewards)
-    assert all(read_turns(e.traces[0]).rewards == e.traces[0].info["turn_rewards"] for e in group)
+    scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
+    assert [len(r) for r in scores] == [1, 2] and all(r[-1] == 1.0 for r in scores)
+    assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
     assert all(e.traces[0].verifiers.version == str(INSTALLED) for e in group)

@@ -38,6 +38,7 @@ from verifiers_stepwise.hosts.torchtitan_verifiers import (
 )
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.traces.turns import read_turns
 
 
 @dataclass
@@ -110,7 +111,7 @@ def run_group(rollouter, renderer, plans, sample):
     # Every generation went to torchtitan's GenerateFn with the group's sampling, the rollout's
     # seed and its trace as the routing session (one generator's prefix cache per trace).
     sessions = {e.traces[0].id: j for j, e in enumerate(episodes)}
-    assert len(generate.calls) == sum(len(e.traces[0].info.get("turn_rewards", [])) for e in episodes)
+    assert len(generate.calls) == sum(len(turns.nodes) for e in episodes if (turns := read_turns(e.traces[0])))
     for request_id, session, sampling in generate.calls:
         assert request_id.startswith(f"{session}/call=")
         assert sampling == Sampling(seed=sessions[session], stop_token_ids=None)
@@ -184,7 +185,11 @@ def test_refine_through_the_rollouter_with_gamma(renderer):
     sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
     plans = {0: ["400", "391"], 1: ["300", "390", "391"], 2: ["391"]}
     group, episodes = run_group(rollouter, renderer, plans, sample)
-    assert [len(e.traces[0].info["turn_rewards"]) for e in episodes] == [2, 3, 1]
+    assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 3, 1]  # refine records scores
+    # torchtitan receives each turn's reward: what the turn improved on the score before it
+    rewards = [read_turns(e.traces[0]).rewards for e in episodes]
+    assert rewards[0] == pytest.approx([1 - 9 / 391, 9 / 391]) and rewards[2] == [1.0]
+    assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == rewards
     estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
     assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
@@ -326,7 +331,7 @@ def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
     group, episodes = run_group(rollouter, renderer, {0: ["400", "391"], 1: ["391"]}, sample)
     assert rollouter._server is None  # closed: the process was stopped and joined
-    assert [len(e.traces[0].info["turn_rewards"]) for e in episodes] == [2, 1]
+    assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 1]
     assert score_group(episodes, "stepwise") == [list(r.advantage.per_turn) for r in group.rollouts]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)

@@ -152,7 +152,8 @@ def test_sampled_tokens_reach_the_trace_verbatim_and_feedback_is_not_sampled(tok
         assert later.prompt_ids[: len(earlier.prompt_ids)] == earlier.prompt_ids
     text = tokenizer.decode(branch.token_ids)
     assert text.count("Your answer scored") == 2 and text.startswith("<bos><start_of_turn>user\nCompute")
-    assert read_turns(trace).rewards == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])
+    assert trace.info["turn_scores"] == pytest.approx([1 - 9 / 391, 1 - 1 / 391, 1.0])  # refine records scores
+    assert read_turns(trace).rewards == pytest.approx([1 - 9 / 391, 8 / 391, 1 / 391])
 
 
 def test_a_reply_cut_at_max_tokens_is_closed_without_forking_the_trace(tokenizer, tokenizer_dir):

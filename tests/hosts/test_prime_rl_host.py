@@ -38,7 +38,7 @@ from verifiers_stepwise import get_estimator
 from verifiers_stepwise.hosts.prime_rl import MODULE, StepwiseAlgoConfig, StepwiseAlgorithm, register
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
+from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn, read_turns
 
 pytestmark = needs_prime_rl
 
@@ -249,14 +249,15 @@ def test_env_server_serves_refine_episodes_and_the_first_group_is_scored(tmp_pat
         server.terminate()
         server.wait(30)
     assert all(e.ok for e in group), (tmp_path / "env-server.log").read_text()[-3000:]
-    rewards = sorted((e.traces[0].info["turn_rewards"] for e in group), key=len)
-    assert [len(r) for r in rewards] == [1, 2, 3] and all(r[-1] == 1.0 for r in rewards)
+    scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
+    assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
     algo = build_algorithm(source.algo, None)
     asyncio.run(algo.finalize_group(group))
     credit = [e.traces[0].info["turn_credit"] for e in group]
     expected = get_estimator("stepwise", gamma=0.4, scale="none")([c["rewards"] for c in credit])
     assert [c["advantages"] for c in credit] == expected
-    assert all(c["turn_rewards"] == "rewards" and c["estimator"] == "stepwise" for c in credit)
+    assert [c["rewards"] for c in credit] == [read_turns(e.traces[0]).rewards for e in group]
+    assert all(c["turn_rewards"] == "scores" and c["estimator"] == "stepwise" for c in credit)
 
 
 # -- prime-rl's trace compiler, zero-advantage filter and training sink ------------------------------
@@ -383,8 +384,11 @@ def test_the_middle_of_a_tenths_group_is_exactly_zero_as_in_grpo():
 
 
 def test_the_reading_applied_is_recorded_and_none_fails():
-    scored = score(built(), [multi_turn([0.0, 1.0]), single_turn(1.0)])
-    assert [e.traces[0].info["turn_credit"]["turn_rewards"] for e in scored] == ["rewards", "final_turn"]
+    by_scores = multi_turn([0.0, 1.0])  # as stepwise-refine records its turns
+    by_scores.traces[0].info["turn_scores"] = by_scores.traces[0].info.pop("turn_rewards")
+    scored = score(built(), [multi_turn([0.0, 1.0]), single_turn(1.0), by_scores])
+    readings = [e.traces[0].info["turn_credit"]["turn_rewards"] for e in scored]
+    assert readings == ["rewards", "final_turn", "scores"]
     # An env written for prime-rl PR #3282's reading: per-turn scores, None for an unscored turn.
     pr_3282 = multi_turn([0.0, 1.0])
     pr_3282.traces[0].info["turn_rewards"] = [None, 1.0]

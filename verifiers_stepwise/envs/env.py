@@ -9,7 +9,9 @@ Verifiers 0.4.0 has no ``MultiTurnEnv``; a multi-turn env writes ``Env.run`` aro
          or max_turns turns were taken
 
 and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn_nodes"]``
-(``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned.
+(``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned;
+an env that scores the state after each turn returns ``TurnResult(score=...)`` instead and its
+turns go to ``trace.info["turn_scores"]`` (read as rewards by differences).
 Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be negative).
 
 The policy cannot stall or quit for free. A turn holds at most ``max_calls_per_turn`` model
@@ -18,8 +20,9 @@ calls in effect: unless ``agent.max_turns`` is set, the run's model calls are ca
 the run (stop ``max_turns``) instead of looping forever. A run that a limit (``max_turns``, a
 token cap, the agent's timeout) or a task's ``@vf.stop`` ends after the env asked for another
 turn forfeits the turns it did not take: ``forfeit(task, n)`` is added to the last recorded
-turn's reward (the turn whose replies reached the limit; for a deadline that expired mid-call,
-the last turn that replied), and ``trace.info["forfeited_turns"]`` says how many. The default
+turn's reward (to its score when recorded by scores: the same change of r_last), the turn whose
+replies reached the limit (for a deadline that expired mid-call, the last turn that replied),
+and ``trace.info["forfeited_turns"]`` says how many. The default
 is 0; an env whose unsolved turns cost reward charges what they would have cost, because under
 the absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
 (group [−1, +1], [−1, −1, −1], [−1]: the quitter's turn gets +0.33).
@@ -43,7 +46,7 @@ from pydantic import Field, model_validator
 
 from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
-from verifiers_stepwise.traces.turns import append_turn, forfeit_turns
+from verifiers_stepwise.traces.turns import append_turn, append_turn_score, forfeit_turns
 
 __all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
 
@@ -109,12 +112,27 @@ class Turn:
 
 @dataclass(frozen=True)
 class TurnResult:
-    """``env_response``'s verdict on a turn."""
+    """``env_response``'s verdict on a turn: its ``reward`` or its ``score``, exactly one.
 
-    reward: float
+    An env whose score describes the episode's state after the turn (the answer's closeness,
+    tests passed so far) returns ``score=``: it is recorded in ``trace.info["turn_scores"]``
+    and read as rewards by differences, r_t = φ_t − φ_prev, so a turn earns what it improved
+    and repeating a good answer earns nothing more. Recorded as rewards, the same scores would
+    sum: four near misses would out-earn one right answer. One kind per trace.
+    """
+
+    reward: float | None = None
     """This turn's reward, recorded in ``trace.info["turn_rewards"]``."""
     message: str | vf.Messages | None = None
     """The next user message, or None to end the episode."""
+    score: float | None = None
+    """The score φ_t of the state after this turn, recorded in ``trace.info["turn_scores"]``."""
+
+    def __post_init__(self) -> None:
+        if (self.reward is None) == (self.score is None):
+            raise ValueError(
+                f"TurnResult takes exactly one of reward= and score=, got reward={self.reward!r}, score={self.score!r}"
+            )
 
 
 class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
@@ -153,7 +171,10 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
                 nodes = [i for i in range(first, len(chat.trace.nodes)) if chat.trace.nodes[i].sampled]
                 last = index == self.config.max_turns - 1
                 result = await self.env_response(task, Turn(index, segment, chat.trace, last))
-                append_turn(chat.trace, result.reward, nodes)
+                if result.score is not None:
+                    append_turn_score(chat.trace, result.score, nodes)
+                else:
+                    append_turn(chat.trace, result.reward, nodes)  # type: ignore[arg-type]  # one is set
                 if result.message is None:
                     return
                 message = result.message

@@ -1,7 +1,10 @@
 """The generic refine env (env id ``stepwise-refine``): any v1 taskset as a refinement loop.
 
 After each model turn the trace so far is scored with the task's own ``@vf.reward`` functions
-(and its configured judges); that score is the turn's reward. A turn scoring at least
+(and its configured judges). That score describes the episode's state, so it is recorded as the
+turn's score φ_t (``trace.info["turn_scores"]``), read as the reward r_t = φ_t − φ_prev: a turn
+earns what it improved, and repeating a near miss earns nothing after its first turn (recorded
+as rewards, four near misses of 0.98 would sum to 3.9 and out-earn one right answer). A turn scoring at least
 ``threshold`` solves the task and ends the episode; otherwise the model gets ``feedback`` and
 tries again, up to ``max_turns`` turns:
 
@@ -40,14 +43,14 @@ class RefineEnv(StepwiseMultiTurnEnv, vf.Env[RefineConfig]):
     async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
         score = await score_so_far(task, turn.trace)
         if score >= self.config.threshold:
-            return TurnResult(reward=score)
+            return TurnResult(score=score)
         message = self.config.feedback.format(
             score=score,
             threshold=self.config.threshold,
             turn=turn.index + 1,
             turns_left=self.config.max_turns - turn.index - 1,
         )
-        return TurnResult(reward=score, message=message)
+        return TurnResult(score=score, message=message)
 
 
 async def score_so_far(task: vf.Task, trace: vf.Trace) -> float:

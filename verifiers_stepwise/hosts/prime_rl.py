@@ -36,8 +36,9 @@ middle trace exactly 0 (dropped) while float64 leaves -2.8e-17 (kept).
 
 ``trace.info["turn_credit"]["turn_rewards"]`` records the reading applied: ``"rewards"`` (each
 entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
-prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error) or
-``"final_turn"`` (no ``turn_rewards``: the trace reward on the last turn).
+prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error), ``"scores"``
+(the trace records ``turn_scores``, read as rewards by differences) or ``"final_turn"``
+(neither: the trace reward on the last turn).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import CREDIT, Missing, score_group
-from verifiers_stepwise.traces.turns import TURN_REWARDS
+from verifiers_stepwise.traces.turns import TURN_REWARDS, TURN_SCORES
 
 # prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
 with requires(
@@ -131,7 +132,9 @@ class StepwiseAlgorithm(Algorithm):
                 credit = trace.info.get(CREDIT)
                 if credit is not None and "advantages" in credit:
                     credit["estimator"] = self.name
-                    credit[TURN_REWARDS] = "rewards" if TURN_REWARDS in trace.info else "final_turn"
+                    info = trace.info
+                    reading = "scores" if TURN_SCORES in info else "rewards" if TURN_REWARDS in info else "final_turn"
+                    credit[TURN_REWARDS] = reading
 
 
 class Float32Resolution(Estimator):

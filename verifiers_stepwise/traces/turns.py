@@ -175,6 +175,7 @@ def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
     earned. ``turn_nodes`` is always written alongside, so readers never fall back to the
     one-node-per-turn convention for traces this package produced.
     """
+    _one_kind(trace, TURN_REWARDS)
     (value,) = _rewards(trace, [reward], first=len(trace.info.get(TURN_REWARDS, [])))
     indices = _checked_nodes(trace, nodes)
     trace.info.setdefault(TURN_REWARDS, []).append(value)
@@ -183,12 +184,23 @@ def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
 
 def forfeit_turns(trace: Trace, turns: int, reward: float) -> None:
     """Charge ``reward`` for ``turns`` turns the run did not take to the last recorded turn
-    (the one whose replies ended the run) and record ``trace.info["forfeited_turns"]``."""
-    recorded = trace.info.get(TURN_REWARDS)
+    (the one whose replies ended the run) and record ``trace.info["forfeited_turns"]``.
+
+    On a trace recorded by scores the last score φ_last rises by ``reward`` (an unscored last
+    turn takes φ_prev + ``reward``), which adds ``reward`` to r_last = φ_last − φ_prev."""
+    key = TURN_SCORES if TURN_SCORES in trace.info else TURN_REWARDS
+    recorded = trace.info.get(key)
     if not recorded:
         raise TurnSchemaError(f"trace {trace.id}: no recorded turn to charge {turns} forfeited turns to")
-    (value,) = _rewards(trace, [recorded[-1] + reward], first=len(recorded) - 1)
-    recorded[-1] = value
+    if key == TURN_REWARDS:
+        (value,) = _rewards(trace, [recorded[-1] + reward], first=len(recorded) - 1)
+        recorded[-1] = value
+    else:
+        last = recorded[-1]
+        if last is None:
+            last = next((phi for phi in reversed(recorded[:-1]) if phi is not None), 0.0)
+        (charged,) = _scores(trace, [last + reward], key, first=len(recorded) - 1)
+        recorded[-1] = charged
     trace.info[FORFEITED] = turns
 
 
@@ -196,8 +208,9 @@ def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -
     """Record one finished turn by its score φ_t (None: not scored) and its sampled nodes.
 
     Written under ``turn_scores`` (read as rewards by differences); never mix with
-    ``append_turn`` on one trace.
+    ``append_turn`` on one trace (refused).
     """
+    _one_kind(trace, TURN_SCORES)
     (value,) = _scores(trace, [score], TURN_SCORES, first=len(trace.info.get(TURN_SCORES, [])))
     indices = _checked_nodes(trace, nodes)
     trace.info.setdefault(TURN_SCORES, []).append(value)
@@ -326,6 +339,16 @@ def _path(trace: Trace, node: int) -> list[int]:
         current = trace.nodes[current].parent
     path.reverse()
     return path
+
+
+def _one_kind(trace: Trace, key: str) -> None:
+    """A trace records its turns by rewards or by scores, never both (``read_turns`` refuses it)."""
+    other = TURN_SCORES if key == TURN_REWARDS else TURN_REWARDS
+    if other in trace.info:
+        raise TurnSchemaError(
+            f"trace {trace.id}: its turns are recorded as {other}; a turn cannot be added to "
+            f"{key} (one kind per trace: rewards, or scores read by differences)"
+        )
 
 
 def _checked_nodes(trace: Trace, nodes: Sequence[int]) -> list[int]:
