@@ -39,10 +39,8 @@ import contextlib
 import functools
 import os
 import shutil
-import stat
 import subprocess
 import sys
-import tempfile
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -54,6 +52,7 @@ from . import memory, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
 from .process import Guard, run_process
+from .rundir import root_only_dir
 
 __all__ = [
     "Bind",
@@ -154,13 +153,7 @@ def _uid_marker(repo: Path) -> Path:
 @functools.cache
 def _uid_claims() -> Path:
     """Root's directory of claimed uids, one file per uid naming its repository."""
-    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
-    claims = base / "stepwise-swe-bench-uids"
-    claims.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(claims)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
-        raise SandboxUnavailable(f"{claims} must be a directory only root can write")
-    return claims
+    return root_only_dir("stepwise-swe-bench-uids")
 
 
 def _claim_uid(repo: Path) -> int:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from .process import Breach
 from .proctree import descendants, open_deleted_files
+from .rundir import root_only_dir
 
 __all__ = ["TreeWatch", "VolumeGuard", "make_volume", "release", "tree_usage"]
 
@@ -79,12 +80,7 @@ def _cap_words(disk_mb: int, inodes: int) -> str:
 
 @functools.cache
 def _registry() -> Path:
-    registry = Path("/run/stepwise-swe-bench-volumes")
-    registry.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(registry)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
-        raise PermissionError(f"{registry} must be a directory only root can write")
-    return registry
+    return root_only_dir("stepwise-swe-bench-volumes")
 
 
 def _image(path: Path) -> Path:
