@@ -83,6 +83,15 @@ def tokenizer_dir(tokenizer, tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture
+def model_dir(tokenizer, tmp_path):
+    """The tiny model and its tokenizer saved where ``--model`` can load them."""
+    path = tmp_path / "tiny"
+    tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 class Scripted:
     """A generator replying with fixed texts in turn (closed by <end_of_turn>), logprob -0.5 per token."""
 
@@ -388,12 +397,9 @@ def test_a_generator_can_fail_one_request_of_a_batch():
 
 
 @pytest.mark.slow
-def test_the_command_trains_checkpoints_and_plots(tokenizer, tmp_path):
+def test_the_command_trains_checkpoints_and_plots(model_dir, tmp_path):
     from verifiers_stepwise.hosts.trl.cli import main
 
-    model_dir = tmp_path / "tiny"
-    tiny_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
     out = tmp_path / "run"
     trainer = main(
         [
@@ -421,13 +427,10 @@ def test_the_command_names_a_bad_json_flag():
 
 
 @pytest.mark.slow
-def test_the_learning_benchmark_runs_end_to_end(tokenizer, tmp_path):
+def test_the_learning_benchmark_runs_end_to_end(model_dir, tmp_path):
     """benchmarks/trl_learning.py on the tiny model (the real run uses Gemma): tables, json, plot."""
     import trl_learning
 
-    model_dir = tmp_path / "tiny"
-    tiny_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
     out = tmp_path / "bench"
     trl_learning.main(["--out", str(out), "--steps", "1", "--seeds", "0", "--model", str(model_dir)])
     result = json.loads((out / "results.json").read_text())

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 from .process import Breach
-from .proctree import descendants, resident_bytes
+from .proctree import descendants, resident_bytes, start_time
 
 __all__ = ["CgroupMemory", "Hierarchy", "TreeMemory", "episode_memory", "find_hierarchy", "release"]
 
@@ -114,21 +114,13 @@ def _read(path: Path) -> str:
         return file.read()
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2 :].split()[19].decode()  # starttime, field 22
-
-
 def _maker() -> str:
-    return f"{os.getpid()}-{_start_time(os.getpid())}"
+    return f"{os.getpid()}-{start_time(os.getpid())}"
 
 
 def _maker_alive(name: str) -> bool:
     pid, start = name.removeprefix(_PREFIX).split("-")[:2]
-    return pid.isdigit() and _start_time(int(pid)) == start
+    return pid.isdigit() and start_time(int(pid)) == start
 
 
 class CgroupMemory:

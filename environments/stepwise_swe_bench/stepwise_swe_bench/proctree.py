@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-__all__ = ["descendants", "open_deleted_files", "resident_bytes"]
+__all__ = ["descendants", "open_deleted_files", "resident_bytes", "start_time"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -23,6 +23,13 @@ def _stat_fields(pid: str) -> list[str] | None:
     except OSError:  # gone, or not ours to read
         return None
     return raw[raw.rfind(b")") + 2 :].decode().split()
+
+
+def start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks after boot, field 22 of stat(5)), or None when it is
+    gone: with the pid, an identity no later process can take over."""
+    fields = _stat_fields(str(pid))
+    return None if fields is None else fields[19]
 
 
 def descendants(root: int) -> list[int]:

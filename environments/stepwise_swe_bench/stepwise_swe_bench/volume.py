@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .process import Breach
-from .proctree import descendants, open_deleted_files
+from .proctree import descendants, open_deleted_files, start_time
 from .rundir import root_only_dir
 
 __all__ = ["TreeWatch", "VolumeGuard", "make_volume", "release", "tree_usage"]
@@ -87,14 +87,6 @@ def _image(path: Path) -> Path:
     return path.parent / f".{path.name}.img"
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
-
-
 def make_volume(path: Path, disk_mb: int, inodes: int) -> bool:
     """Make the empty directory ``path`` (created if missing) the mount point of its own
     volume. False where volumes cannot be made here (not root, no mke2fs, no loop devices):
@@ -114,7 +106,7 @@ def make_volume(path: Path, disk_mb: int, inodes: int) -> bool:
         _copy_sparse(_template(disk_mb, inodes), image)
         # Recorded once its image exists (a sweep takes a record without one for stale), and
         # before the mount, so a crash leaves no mount unrecorded.
-        record.write_text(json.dumps({"mount": str(path), "image": str(image), "pid": pid, "start": _start_time(pid)}))
+        record.write_text(json.dumps({"mount": str(path), "image": str(image), "pid": pid, "start": start_time(pid)}))
         _mount(image, path)
     except OSError as error:
         image.unlink(missing_ok=True)
@@ -271,7 +263,7 @@ def _sweep() -> None:
     """Remove the volumes of makers that are gone (crashed runs), and those whose image is
     gone (the runtime's directory was deleted under them)."""
     for record, volume in _records():
-        gone = _start_time(int(volume.get("pid", 0))) != volume.get("start")
+        gone = start_time(int(volume.get("pid", 0))) != volume.get("start")
         if gone or not Path(volume["image"]).exists():
             with contextlib.suppress(OSError):
                 _drop(record, volume)
