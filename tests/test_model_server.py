@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import defaultdict
 
 import httpx
 import openai
@@ -22,6 +23,7 @@ from verifiers_stepwise.testing.server import (
     scripted,
     spawned,
 )
+from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
 SCRIPT = scripted(
     {
@@ -250,3 +252,52 @@ def test_command_honours_port_and_cycles_replies_over_each_prompts_rollouts():
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
+
+
+ASK_FROM_A_NEW_PROCESS = """
+import sys, httpx
+for session in ("a", "b", "c"):
+    body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
+    reply = httpx.post(sys.argv[1] + "/chat/completions", json=body, headers={"X-Session-ID": session}, timeout=30)
+    print(reply.json()["choices"][0]["message"]["content"])
+"""
+
+
+def test_command_numbers_each_client_processes_rollouts_from_zero():
+    """Two runs of the same client against one server get the same replies: the rollout count is
+    per client process, not per server (three rollouts of four replies would shift the second run)."""
+    process = _serve("--reply", "40", "--reply", "41", "--reply", "42", "--reply", "43")
+    try:
+        base_url = process.stdout.readline().strip()
+        runs = [
+            subprocess.run([sys.executable, "-c", ASK_FROM_A_NEW_PROCESS, base_url], capture_output=True, text=True)
+            for _ in range(2)
+        ]
+        assert [run.stdout.split() for run in runs] == [["40", "41", "42"]] * 2, [run.stderr for run in runs]
+        assert [_ask(base_url, s) for s in ("a", "d")] == ["40", "41"]  # this process counts on its own
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+
+@pytest.mark.slow
+def test_the_same_vf_eval_command_twice_against_one_server_gets_the_same_rewards(tmp_path):
+    """As docs/writing-envs.md promises: rollout k of each task gets the k-th reply in every run,
+    so each task's rewards repeat (episodes finish in any order, so they are compared sorted)."""
+    process = _serve("--reply", "391", "--reply", "400", "--reply", "12", "--reply", "no idea")
+    try:
+        base_url = process.stdout.readline().strip()
+        args = ["stepwise-refine", "-n", "2", "-r", "3", "--env.max-turns", "2"]
+        runs = [run_vf_eval(args, base_url, output_dir=tmp_path / str(i), env={"HOME": str(tmp_path)}) for i in (1, 2)]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+    rewards = []
+    for run in runs:
+        by_task = defaultdict(list)
+        for episode in run.episodes:
+            by_task[episode.task.data.idx].append(episode.traces[0].reward)
+        rewards.append({idx: sorted(values) for idx, values in by_task.items()})
+    assert rewards[0] == rewards[1]
+    # 17 * 23 = 391: the replies 391, 400 and 12 (not "no idea": a fourth rollout would get it).
+    assert rewards[0][0] == pytest.approx(sorted([1.0, 1 - 9 / 391, 12 / 391]))

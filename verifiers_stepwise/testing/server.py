@@ -13,6 +13,9 @@ Replies come from a script: a function from the request (:class:`ChatCall`) to a
 recognised by its first user message, and its k-th model call (k = assistant messages already
 in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
 prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout.
+A rollout's number k counts the rollouts of its prompt that the same client process sent (see
+:attr:`ChatCall.client`), so each ``vf-eval`` run against one server is numbered from 0 and the
+same command gets the same replies on every run.
 A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``http_400`` (a
 request error, not worth retrying), ``http_429`` (rate limited, with ``Retry-After:
 retry_after``), ``timeout`` (no answer until the server stops or ``hang_seconds`` pass),
@@ -22,7 +25,8 @@ exceeds its context: a streamed request gets HTTP 200 and one ``data: {"error": 
 code 400, then the stream ends; a non-streamed one gets the same error as an HTTP 400),
 ``malformed_json`` (a body or SSE event that is not
 JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
-requests of its call and then the call is answered normally, which is how retries are exercised.
+requests of its call from one client process and then the call is answered normally, which is
+how retries are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
@@ -37,7 +41,8 @@ prints its base URL (``http://127.0.0.1:8000/v1``) on the first line of stdout a
 SIGINT (Ctrl-C) or SIGTERM, then shuts down and exits 0; it never reads stdin, so it runs under
 ``nohup`` or with stdin closed. ``--port 0`` (the default) takes a free port from the OS. With
 several ``--reply``, rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first
-user message) gets the k-th reply, cycling, on every call, so the rollouts of a task differ.
+user message from one client process) gets the k-th reply, cycling, on every call, so the
+rollouts of a task differ and a repeated command gets the same replies.
 ``--until-stdin-closes`` serves until its stdin reaches end of file instead:
 ``with spawned("42") as base_url:`` runs it so from Python, and the process ends with the block
 even if the caller dies.
@@ -49,13 +54,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
@@ -104,6 +112,12 @@ class ChatCall:
     body: dict
     session: str | None = None
     """The ``X-Session-ID`` header: verifiers sends the rollout's trace id."""
+    client: str | None = None
+    """The process at the other end of the connection (``pid:start time``, read from Linux's
+    ``/proc``; None where it cannot be told): one ``vf-eval`` run. verifiers 0.4.0 sends no rollout
+    index and no run id — the session is a fresh uuid per rollout and the rollouts of a task send
+    the same messages — so a rollout's number among its task's comes from the order its client's
+    sessions arrive in."""
 
     @property
     def messages(self) -> list[dict]:
@@ -125,17 +139,18 @@ Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 
 class PerRollout:
-    """Different plans for the rollouts of one prompt: the k-th rollout (session) to reach the
-    server follows ``plans[k % len(plans)]``."""
+    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a client
+    process (:attr:`ChatCall.client`) to reach the server follows ``plans[k % len(plans)]``."""
 
     def __init__(self, *plans: Plan) -> None:
         self.plans = [list(plan) for plan in plans]
-        self._sessions: dict[str | None, int] = {}
+        self._sessions: dict[str | None, dict[str | None, int]] = {}
         self._lock = threading.Lock()
 
-    def plan(self, session: str | None) -> list:
+    def plan(self, call: ChatCall) -> list:
         with self._lock:
-            k = self._sessions.setdefault(session, len(self._sessions))
+            sessions = self._sessions.setdefault(call.client, {})
+            k = sessions.setdefault(call.session, len(sessions))
         return self.plans[k % len(self.plans)]
 
 
@@ -157,7 +172,7 @@ def scripted(conversations: Mapping[str, Plan | PerRollout], default: Reply | st
         plan = next((p for key, p in conversations.items() if key in prompt), None)
         if plan is None:
             return default
-        steps = plan.plan(call.session) if isinstance(plan, PerRollout) else plan
+        steps = plan.plan(call) if isinstance(plan, PerRollout) else plan
         step = steps[min(call.index, len(steps) - 1)]
         return step(call) if callable(step) else step
 
@@ -194,8 +209,12 @@ class ModelServer(ThreadedServer):
         """False: no usage at all, in a body or a stream (as some servers do)."""
         self.requests: list[RecordedRequest] = []
         super().__init__(port)
-        self._fired: dict[tuple[str, int], int] = {}
+        self._fired: dict[tuple[str | None, str, int], int] = {}
         self._lock = threading.Lock()
+        # Client processes by connection (WeakKeyDictionary: a closed connection's entry goes with it)
+        # and by socket inode, read from /proc at most once per new connection.
+        self._clients: weakref.WeakKeyDictionary[asyncio.BaseTransport, str | None] = weakref.WeakKeyDictionary()
+        self._socket_owners: dict[str, str] = {}
         # What a hanging reply waits on; each start makes a fresh one in the server's loop (_open).
         self._closing = asyncio.Event()
 
@@ -232,7 +251,7 @@ class ModelServer(ThreadedServer):
             self._record(request, None)
             return _error(400, "request body is not JSON")
         self._record(request, body)
-        call = ChatCall(body, request.headers.get("X-Session-ID"))
+        call = ChatCall(body, request.headers.get("X-Session-ID"), self._client(request))
         reply = self.script(call)
         if isinstance(reply, str):
             reply = Reply(content=reply)
@@ -290,6 +309,19 @@ class ModelServer(ThreadedServer):
                 await response.write(b": keepalive\n\n")
                 await asyncio.sleep(0.1)
 
+    def _client(self, request: web.Request) -> str | None:
+        """The client process of the request's connection (see :attr:`ChatCall.client`)."""
+        transport = request.transport
+        if transport is None:
+            return None
+        if transport not in self._clients:
+            peer, own = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+            inode = _socket_inode(peer[1], own[1]) if peer and own else None
+            if inode is not None and inode not in self._socket_owners:
+                self._socket_owners = _socket_owners()
+            self._clients[transport] = self._socket_owners.get(inode) if inode else None
+        return self._clients[transport]
+
     def _record(self, request: web.Request, body: dict | None) -> None:
         with self._lock:
             self.requests.append(RecordedRequest(request.path, dict(request.headers), body))
@@ -299,7 +331,7 @@ class ModelServer(ThreadedServer):
             return None
         if reply.times is None:
             return reply.fault
-        key = (call.prompt, call.index)
+        key = (call.client, call.prompt, call.index)
         with self._lock:
             fired = self._fired.get(key, 0)
             self._fired[key] = fired + 1
@@ -407,6 +439,40 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
+def _socket_inode(peer_port: int, own_port: int) -> str | None:
+    """The inode of the client's end of a loopback TCP connection (Linux ``/proc/net/tcp``:
+    ``sl local rem st queues tr retrnsmt uid timeout inode``, addresses as ``hex ip:hex port``)."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == peer_port and int(fields[2].split(":")[1], 16) == own_port:
+            return fields[9]
+    return None
+
+
+def _socket_owners() -> dict[str, str]:
+    """Socket inode -> ``pid:start time`` of each process whose descriptors can be read; the start
+    time (``/proc/PID/stat`` field 22) tells a later process that reuses a pid apart."""
+    owners: dict[str, str] = {}
+    for process in Path("/proc").iterdir():
+        try:
+            if not process.name.isdigit():
+                continue
+            client = f"{process.name}:{(process / 'stat').read_text().rsplit(')', 1)[1].split()[19]}"
+            descriptors = list((process / "fd").iterdir())
+        except OSError:  # a process that ended, or another user's
+            continue
+        for descriptor in descriptors:
+            with contextlib.suppress(OSError):  # closed while we read
+                target = os.readlink(descriptor)
+                if target.startswith("socket:["):
+                    owners[target.removeprefix("socket:[").removesuffix("]")] = client
+    return owners
+
+
 @contextlib.contextmanager
 def spawned(reply: str) -> Iterator[str]:
     """Run ``python -m verifiers_stepwise.testing.server --reply <reply> --until-stdin-closes`` in
@@ -427,15 +493,15 @@ def spawned(reply: str) -> Iterator[str]:
 
 
 def _per_rollout(replies: Sequence[str]) -> Script:
-    """Rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first user message)
-    gets ``replies[k % len(replies)]`` on every call."""
+    """Rollout k of each prompt (the k-th ``X-Session-ID`` of a client process to arrive with that
+    first user message) gets ``replies[k % len(replies)]`` on every call."""
     plans: dict[str, PerRollout] = {}
     lock = threading.Lock()
 
     def script(call: ChatCall) -> str:
         with lock:
             plan = plans.setdefault(call.prompt, PerRollout(*([reply] for reply in replies)))
-        return plan.plan(call.session)[0]
+        return plan.plan(call)[0]
 
     return script
 
