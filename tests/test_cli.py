@@ -21,6 +21,7 @@ import verifiers.v1 as vf
 
 from tests.test_registry import make_distribution
 from verifiers_stepwise import RaggedBatch, get_estimator
+from verifiers_stepwise.analysis import report as report_module
 from verifiers_stepwise.analysis.cli import main
 from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
 from verifiers_stepwise.estimators.returns import discounted_returns
@@ -256,6 +257,36 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     assert [r["advantage"] for r in rows] == main_est.batched(batch).tolist()
     assert [r["compare_advantage"] for r in rows] == compare.batched(batch).tolist()
     assert [r["return"] for r in rows] == flat([[discounted_returns(t, 0.6) for t in g] for g in groups])
+
+
+def test_compare_prints_both_configs_side_by_side_in_one_table(tmp_path, capsys, monkeypatch):
+    """Each turn index on one row: the shared columns once, then each statistic of the main
+    config beside the compared one's; a console too narrow for that gets them stacked, with a note."""
+    traces = write_episodes(tmp_path / "traces.jsonl", rollouts(tasks=3, per_task=4, seed=5))
+    args = ("advantages", traces, "--gamma", "0.6", "--compare", ":baseline=per_turn", "--no-output")
+    main_config, compared = json.loads(run(capsys, *args, "--json")[1])["estimators"]
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert sum(line.startswith("┏") for line in lines) == 1
+    assert f"main: {main_config['label']}" in out and f"compare: {compared['label']}" in out
+    (last_header,) = [line for line in lines if line.startswith("┃ turn")]
+    assert [cell.strip() for cell in last_header.split("┃")[4:14]] == ["main", "compare"] * 5
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    assert len(rows) == len(main_config["turns"])
+    number = report_module.number
+    signs = {"mean_return": "", "advantage_mean": "+", "advantage_std": "", "advantage_min": "+", "advantage_max": "+"}
+    for cells, a, b in zip(rows, main_config["turns"], compared["turns"]):
+        both = [number(entry[key], sign) for key, sign in signs.items() for entry in (a, b)]
+        assert cells == [str(a["turn"]), f"{a['count']:,}", number(a["mean_reward"]), *both]
+
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert "(the configs side by side need 1" in out and "columns, the console has 100: COLUMNS sets it)" in out
+    assert sum(line.startswith("┏") for line in out.splitlines()) == 2
+    assert "…" not in out  # no number cut short
 
 
 def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, capsys):

@@ -113,38 +113,16 @@ def render(console: Any, report: dict[str, Any]) -> None:
             console.print(f"  ... and {total - len(report['problems']):,} more")
 
     tokens = any(row["mean_tokens"] for e in report["estimators"] for row in e["turns"])
-    for entry in report["estimators"]:
-        returns = entry["returns"]
-        table = Table(
-            title=f"{entry['label']}\nreturns: γ={returns['gamma']:g}, {returns['aggregation']};"
-            f" {entry['zero_advantage_groups']:,} groups with all advantages 0",
-            title_justify="left",
-        )
-        for name in (
-            "turn",
-            "count",
-            *(("tokens",) if tokens else ()),
-            "mean reward",
-            "mean return",
-            "mean adv",
-            "std adv",
-            "min adv",
-            "max adv",
-        ):
-            table.add_column(name, justify="right")
-        for row in entry["turns"]:
-            table.add_row(
-                str(row["turn"]),
-                f"{row['count']:,}",
-                *((f"{row['mean_tokens']:.1f}",) if tokens else ()),
-                number(row["mean_reward"]),
-                number(row["mean_return"]),
-                number(row["advantage_mean"], "+"),
-                number(row["advantage_std"]),
-                number(row["advantage_min"], "+"),
-                number(row["advantage_max"], "+"),
-            )
+    table = _credit_table(report["estimators"], tokens)
+    needed = console.measure(table, options=console.options.update_width(1 << 16)).minimum  # unclamped
+    if needed <= console.width:
         console.print(table)
+    else:  # rich would cut the numbers short to fit: one config's table above the other's instead
+        console.print(
+            f"(the configs side by side need {needed} columns, the console has {console.width}: COLUMNS sets it)"
+        )
+        for entry in report["estimators"]:
+            console.print(_credit_table([entry], tokens))
 
     if report["sweep"]:
         sweep = report["sweep"]
@@ -169,6 +147,51 @@ def render(console: Any, report: dict[str, Any]) -> None:
         console.print(f"per-turn results: {report['output']}", highlight=False)
     if report["plot"]:
         console.print(f"plot: {report['plot']}", highlight=False)
+
+
+_CREDIT_COLUMNS = (
+    ("mean return", "mean_return", ""),
+    ("mean adv", "advantage_mean", "+"),
+    ("std adv", "advantage_std", ""),
+    ("min adv", "advantage_min", "+"),
+    ("max adv", "advantage_max", "+"),
+)
+"""Each config's per-turn columns: header, row key, sign format."""
+
+
+def _credit_table(entries: list[dict[str, Any]], tokens: bool) -> Any:
+    """The per-turn table of the main config, or of it and ``--compare``'s side by side: the
+    columns both share (turn, count, tokens, mean reward) once, then each statistic's column for
+    the main config beside the compared one's, so a turn index's numbers line up on one row."""
+    from rich.table import Table
+
+    def returns(entry: dict[str, Any]) -> str:
+        spec = entry["returns"]
+        return (
+            f"returns: γ={spec['gamma']:g}, {spec['aggregation']};"
+            f" {entry['zero_advantage_groups']:,} groups with all advantages 0"
+        )
+
+    if len(entries) == 1:
+        tags, title = [""], f"{entries[0]['label']}\n{returns(entries[0])}"
+    else:
+        tags = ["\nmain", "\ncompare"]
+        title = "\n".join(f"{tag.strip()}: {e['label']}\n  {returns(e)}" for tag, e in zip(tags, entries))
+    table = Table(title=title, title_justify="left")
+    for name in ("turn", "count", *(("tokens",) if tokens else ()), "mean reward"):
+        table.add_column(name, justify="right")
+    for header, _, _ in _CREDIT_COLUMNS:
+        for tag in tags:
+            table.add_column(header + tag, justify="right")
+    for t, row in enumerate(entries[0]["turns"]):  # count, tokens and reward do not depend on the config
+        table.add_row(
+            str(row["turn"]),
+            f"{row['count']:,}",
+            *((f"{row['mean_tokens']:.1f}",) if tokens else ()),
+            number(row["mean_reward"]),
+            *(number(e["turns"][t][key], sign) for _, key, sign in _CREDIT_COLUMNS for e in entries),
+        )
+    return table
 
 
 def number(value: float, sign: str = "") -> str:
