@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import verifiers.v1 as vf
 from stepwise_dapo_math.config import DapoMathTasksetConfig
 from stepwise_dapo_math.loaders import (
     BUNDLED,
@@ -18,6 +20,7 @@ from stepwise_dapo_math.loaders import (
     select,
 )
 from stepwise_dapo_math.prompts import DAPO_PREFIX, dapo_prompt
+from stepwise_dapo_math.taskset import DapoMathTaskset
 
 ID = "stepwise-dapo-math"
 
@@ -172,3 +175,37 @@ def test_repeated_ids_are_dropped_or_made_unique():
     problems = [Problem(i, "p", "1", None, "s") for i in ("a", "b", "a", "a")]
     assert [p.id for p in select(problems)] == ["a", "b"]
     assert [p.id for p in select(problems, dedupe=False)] == ["a", "b", "a#2", "a#3"]
+
+
+def three_problems(tmp_path):
+    path = tmp_path / "three.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"p{n}", "problem": f"{n} + {n}?", "answer": 2 * n}) + "\n" for n in range(3))
+    )
+    return path
+
+
+def test_a_task_count_the_file_cannot_fill_is_warned_about_naming_both_counts(tmp_path):
+    """``-n 64`` on a file of three problems runs three tasks; vf-eval said nothing (verifiers'
+    ``take`` stops quietly), so ``-r 8`` gave 24 episodes where 512 were asked for."""
+    path = three_problems(tmp_path)
+    taskset = DapoMathTaskset(config(path=path))
+    with pytest.warns(UserWarning) as caught:
+        tasks = list(taskset.select(vf.SelectConfig(limit=64)))
+    assert len(tasks) == 3
+    assert [str(w.message) for w in caught] == [f"-n 64: {path} has only 3 problems after the selection, so 3 are run"]
+    with pytest.warns(UserWarning, match="-n 3: .* has only 2 problems after the selection, so 2 are run"):
+        assert len(list(taskset.select(vf.SelectConfig(skip=1, limit=3)))) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a count the data fills, or none, is no news
+        assert len(list(taskset.select(vf.SelectConfig(limit=3)))) == 3
+        assert len(list(taskset.select(vf.SelectConfig()))) == 3
+
+
+def test_the_bundles_own_limit_past_the_data_is_warned_about_too(tmp_path):
+    path = three_problems(tmp_path)
+    with pytest.warns(UserWarning) as caught:
+        assert len(load_problems(config(path=path, limit=64))) == 3
+    assert [str(w.message) for w in caught] == [
+        f"--env.taskset.limit 64: {path} has only 3 problems after the split filter and de-duplication, so 3 are run"
+    ]

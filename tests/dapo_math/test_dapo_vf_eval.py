@@ -69,6 +69,22 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
 
 
 @pytest.mark.slow
+def test_vf_eval_says_when_the_file_has_fewer_problems_than_n(server, tmp_path):
+    path = tmp_path / "three.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"p{n}", "problem": f"{n} + {n}?", "answer": 2 * n}) + "\n" for n in range(3))
+    )
+    run = run_vf_eval(
+        ["stepwise-dapo-math", "--env.taskset.path", str(path), "-n", "64", "-r", "2"],
+        server.base_url,
+        output_dir=tmp_path / "outputs",
+        env={"HOME": str(tmp_path)},
+    )
+    assert len(run.episodes) == 6
+    assert f"-n 64: {path} has only 3 problems after the selection, so 3 are run" in run.process.stderr
+
+
+@pytest.mark.slow
 def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
     episodes = vf_eval(server, tmp_path, "--env.max-turns", "3", "--env.wrong-message", "Nope.")
     by_task = groups(episodes)

@@ -36,6 +36,7 @@ __all__ = [
     "read_file",
     "select",
     "to_problem",
+    "warn_fewer",
 ]
 
 
@@ -98,13 +99,29 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
     problems = (
         to_problem(row, number, origin, config.problem_key, config.answer_key) for number, row in enumerate(rows)
     )
-    return select(
+    selected = select(
         problems,
         split=file_split,
         dedupe=config.dedupe,
         shuffle=config.shuffle,
         seed=config.seed,
         limit=config.limit,
+    )
+    if config.limit is not None and len(selected) < config.limit:
+        warn_fewer(
+            "--env.taskset.limit", config.limit, len(selected), origin, "after the split filter and de-duplication"
+        )
+    return selected
+
+
+def warn_fewer(flag: str, requested: int, available: int, source: str, after: str) -> None:
+    """Say that ``flag`` asked for more problems than ``source`` holds. A warning, not an error:
+    ``-n`` means "at most" to vf-eval (a large one is the usual way to say all of them), but
+    without a word ``-n 64 -r 8`` on three problems runs 24 episodes where 512 were expected. On
+    stderr through ``warnings`` (a logger may have no handler under vf-eval)."""
+    warnings.warn(
+        f"{flag} {requested}: {source} has only {available} problems {after}, so {available} are run",
+        stacklevel=3,
     )
 
 
