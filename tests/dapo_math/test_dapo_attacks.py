@@ -214,6 +214,90 @@ def test_math_verify_leniencies_are_pinned_as_its_design():
         assert not verify_pair(answer, gold), (answer, gold)
 
 
+# A rational ground truth matches only exactly (issue 23): math-verify compares floats with a
+# tolerance and reads one value of a hedge; the answer is also read whole and exactly.
+HALF = "\\frac{1}{2}"
+NEAR_MISSES = [
+    ("0.5000001", HALF),  # measured: scored +1
+    ("0.4999999", HALF),
+    ("0.50000000000000000001", HALF),  # past a double's and math-verify's precision
+    ("0.49999999999999999999", HALF),
+    ("0.4999\\ldots", HALF),
+    ("0.49999\u2026", HALF),  # an ellipsis
+    ("5.000001e-1", HALF),  # scientific notation
+    ("5.000001 \\times 10^{-1}", HALF),
+    ("50.00001\\%", HALF),
+    ("x = 0.5000001", HALF),
+    ("\\boxed{0.5000001}", HALF),
+    ("0.1000001", "0.1"),  # a decimal ground truth is the rational its digits spell
+    ("\\frac{1}{10} + 10^{-9}", "0.1"),
+    ("-0.6666667", "-\\frac{2}{3}"),
+    ("-0.666666666666666666667", "-\\frac{2}{3}"),
+    ("3.0000001", "3"),
+    ("2.9999999", "3"),
+    ("3.000000000000000000001", "3"),
+    ("3 + 10^{-8}", "3"),
+    ("\\frac{3000001}{1000000}", "3"),
+]
+# Each states two values (the first is the measured attack): wrong for either of them.
+TWO_VALUES = [
+    "\\frac{1}{2} \\text{, or } \\frac{7}{10}",
+    "\\frac{7}{10} \\text{, or } \\frac{1}{2}",
+    "\\frac{1}{2} \\text{, } \\frac{7}{10}",
+    "\\frac{1}{2} \\text{ } \\frac{7}{10}",
+    "\\frac12 \\text{ or } \\frac{7}{10}",
+    "\\frac12 \\text{ otherwise } \\frac{7}{10}",
+    "\\frac12 \\text{(or } \\frac{7}{10})",
+    "\\frac{1}{2}\\quad\\text{or}\\quad\\frac{7}{10}",
+    "\\frac12 or \\frac{7}{10}",
+    "\\frac12 and \\frac{7}{10}",
+    "\\frac12, \\frac{7}{10}",
+    "\\frac12; \\frac{7}{10}",
+    "\\frac12 \\lor \\frac{7}{10}",
+    "\\frac12 \\vee \\frac{7}{10}",
+    "\\boxed{\\frac12}\\boxed{\\frac{7}{10}}",
+    "\\boxed{\\frac12} \\text{ or } \\boxed{\\frac{7}{10}}",
+    "$\\frac12$ or $\\frac{7}{10}$",
+    "0.5 \\text{ or } 0.7",
+    "x = \\frac12 \\text{ or } x = \\frac{7}{10}",
+]
+EXACT = ["0.5", "0.50", "1/2", "\\frac{2}{4}", "\\dfrac12", "-\\frac{-1}{2}", "x = \\frac12", "\\boxed{\\frac12}"]
+EXACT += ["50\\%", "5 \\times 10^{-1}", "2^{-1}", "\\frac{1}{2}\\text{ cm}", "\\{\\frac12\\}", "$\\frac{1}{2}$"]
+
+
+@pytest.fixture(scope="module")
+def checker():
+    checker = SymbolicChecker(workers=1, timeout_s=10.0)
+    yield checker
+    checker.close()
+
+
+@pytest.mark.parametrize(("answer", "gold"), NEAR_MISSES)
+def test_math_verify_matches_a_rational_ground_truth_only_exactly(checker, answer, gold):
+    result = checker.check(answer, gold)
+    assert not result.correct and result.error is None and not result.timed_out, (answer, gold)
+
+
+@pytest.mark.parametrize("answer", TWO_VALUES)
+def test_math_verify_scores_a_hedge_between_two_values_as_wrong_for_both(checker, answer):
+    for gold in (HALF, "\\frac{7}{10}", "0.5", "0.7"):
+        assert not checker.check(answer, gold).correct, (answer, gold)
+
+
+@pytest.mark.parametrize("answer", EXACT)
+def test_math_verify_still_accepts_exact_forms_of_the_rational(checker, answer):
+    assert checker.check(answer, HALF).correct, answer
+    assert checker.check(answer, "0.5").correct, answer
+
+
+@pytest.mark.parametrize("hedge", [h.replace("\\frac12", "3").replace("\\frac{1}{2}", "3") for h in TWO_VALUES[2:]])
+def test_integer_hedges_score_wrong_under_both_verifiers(checker, hedge):
+    hedge = hedge.replace("\\frac{7}{10}", "4").replace("0.5", "3").replace("0.7", "4")
+    for gold in ("3", "4"):
+        assert not check_answer(f"Answer: {hedge}", gold).correct, (hedge, gold)
+        assert not checker.check(hedge, gold).correct, (hedge, gold)
+
+
 @pytest.mark.slow
 def test_math_verify_bounds_a_giant_or_explosive_reply_and_records_it():
     checker = SymbolicChecker(workers=1, timeout_s=1.0)
@@ -389,3 +473,25 @@ def test_vf_eval_stalling_and_quitting_rollouts_get_no_positive_credit(tmp_path)
     for episode, values in zip(episodes, advantages):
         solved = episode.traces[0].info["turn_rewards"][-1] == 1.0
         assert all((a > 0) if solved else (a < 0) for a in values), (episode.traces[0].info, values)
+
+
+@pytest.mark.slow
+def test_vf_eval_math_verify_pays_only_the_exact_rational(tmp_path):
+    """The near-miss decimal and the two-value hedge measured in issue 23 (each scored +1), and
+    two of this suite's own, through the real ``vf-eval`` with the gold's exact form as control."""
+    problem = "What is one half as a fraction?"
+    path = tmp_path / "half.jsonl"
+    path.write_text(json.dumps({"id": "half", "problem": problem, "answer": HALF}) + "\n")
+    replies = [HALF, "0.5000001", "\\frac{1}{2} \\text{, or } \\frac{7}{10}", "0.49999999999999999999"]
+    replies.append("x = \\frac12 \\text{ or } x = \\frac{7}{10}")
+    plan = PerRollout(*([f"Answer: {reply}"] for reply in replies))
+    with ModelServer(scripted({problem: plan})) as server:
+        run = run_vf_eval(
+            ["stepwise-dapo-math", "-n", "1", "-r", str(len(replies)), "--env.taskset.path", str(path)]
+            + ["--env.taskset.task.verifier", "math_verify"],
+            server.base_url,
+            output_dir=tmp_path / "outputs",
+            env={"HOME": str(tmp_path)},
+        )
+    scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
+    assert scored == {HALF: 1.0} | {reply: -1.0 for reply in replies[1:]}

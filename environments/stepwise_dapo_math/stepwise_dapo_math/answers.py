@@ -13,10 +13,10 @@ and the answer runs to the end of that line. Without any such line, the content 
 
 ``normalize`` (an integer or nothing) removes, in order: markdown emphasis and code marks,
 dollar signs at either end (math delimiters or currency), trailing sentence punctuation,
-math delimiters ``\\(\\)`` and ``\\[\\]``, wrappers
-spanning the whole answer (``\\boxed``, ``\\fbox``, ``\\text``, ``\\mathrm``, ``\\mathbf``), a
-left-hand side up to the last ``=`` (``n = 12``), a trailing ``\\text{unit}`` (one without
-digits: ``42 \\text{ or } \\text{43}`` states two answers, not a unit), degree marks,
+math delimiters ``\\(\\)`` and ``\\[\\]``, wrappers spanning the whole answer (``\\boxed``,
+``\\fbox``, ``\\text``, ``\\mathrm``, ``\\mathbf``), a left-hand side without digits up to the
+last ``=`` (``n = 12``; ``x = 3 or x = 4`` states two answers), a trailing ``\\text{unit}`` (one
+without digits: ``42 \\text{ or } \\text{43}`` states two answers, not a unit), degree marks,
 LaTeX spacing (``\\,`` ``\\!`` ``\\ `` ``~``) and ``{,}``; then thousands separators when the
 grouping is valid (``1,000,000`` or ``1 000 000``, never ``1,00``), a trailing ``.0...``, and
 unicode minus/plus signs. What is left must be ``[+-]?<decimal digits>`` (any script's decimal
@@ -40,6 +40,7 @@ __all__ = [
     "extract_answer",
     "last_boxed",
     "normalize_integer",
+    "peel_answer",
 ]
 
 Source = Literal["answer_line", "boxed"]
@@ -145,27 +146,10 @@ def last_boxed(text: str) -> str | None:
 
 def normalize_integer(answer: str) -> str | None:
     """Canonical decimal form of an integer answer (see the module docstring), else None."""
-    text = answer if answer.isascii() else answer.translate(_SIGNS)
-    # Bounded rounds: each is linear, and real answers nest a few wrappers at most.
-    for _ in range(_MAX_ROUNDS):
-        plain = _PLAIN.match(text)
-        if plain is not None:  # ``42`` or ``-7``: nothing left to peel
-            return _canonical(*plain.groups())
-        previous = text
-        text = text.removeprefix("\\$").strip(_EDGE_MARKS)
-        text = _strip_delimiters(text.rstrip(_END_PUNCTUATION))
-        if text.startswith("\\"):
-            wrapped = _WRAPPERS.match(text)
-            if wrapped is not None:
-                text = wrapped.group(1)
-        if "=" in text:
-            text = text.rsplit("=", 1)[1]
-        if text.endswith("}"):
-            text = _TRAILING_TEXT.sub("", text).rstrip()
-        if text.endswith(_DEGREE_ENDINGS):
-            text = _DEGREES.sub("", text).rstrip()
-        if text == previous:
-            break
+    text = peel_answer(answer)
+    plain = _PLAIN.match(text)
+    if plain is not None:
+        return _canonical(*plain.groups())
     if "\\" in text or "~" in text or "{,}" in text:
         text = _LATEX_SPACES.sub(" ", text).strip()
     if _GROUPED.match(text):
@@ -177,6 +161,36 @@ def normalize_integer(answer: str) -> str | None:
     if not digits.isascii():
         digits = "".join(str(unicodedata.decimal(char)) for char in digits)
     return _canonical(sign, digits)
+
+
+def peel_answer(answer: str) -> str:
+    """The answer without what :func:`normalize_integer` removes around a value (markdown,
+    dollars, end punctuation, delimiters, whole wrappers, ``n =``, a digit-free trailing
+    ``\\text{unit}``, degree marks), unicode minus and plus signs made ASCII. What is removed
+    holds no digit, so it cannot hold a second value."""
+    text = answer if answer.isascii() else answer.translate(_SIGNS)
+    # Bounded rounds: each is linear, and real answers nest a few wrappers at most.
+    for _ in range(_MAX_ROUNDS):
+        if _PLAIN.match(text) is not None:  # ``42`` or ``-7``: nothing left to peel
+            return text
+        previous = text
+        text = text.removeprefix("\\$").strip(_EDGE_MARKS)
+        text = _strip_delimiters(text.rstrip(_END_PUNCTUATION))
+        if text.startswith("\\"):
+            wrapped = _WRAPPERS.match(text)
+            if wrapped is not None:
+                text = wrapped.group(1)
+        if "=" in text:
+            lhs, rhs = text.rsplit("=", 1)
+            if not any(char.isdigit() for char in lhs):  # ``x = 4``; ``x = 3 or x = 4`` holds two values
+                text = rhs
+        if text.endswith("}"):
+            text = _TRAILING_TEXT.sub("", text).rstrip()
+        if text.endswith(_DEGREE_ENDINGS):
+            text = _DEGREES.sub("", text).rstrip()
+        if text == previous:
+            break
+    return text
 
 
 def _canonical(sign: str, digits: str) -> str:

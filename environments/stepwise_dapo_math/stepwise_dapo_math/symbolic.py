@@ -10,6 +10,17 @@ such as ``9^{9^{9^{9}}}`` therefore costs at most ``timeout_s`` and scores as in
 
 Both sides are parsed the same way: as a LaTeX math span (``$...$``), else as plain text.
 Integer-vs-integer comparisons never reach a worker: :mod:`answers` decides them exactly.
+
+A ground truth that is an exact rational number (``3``, ``\\frac{1}{2}``, ``0.5``) is matched
+only exactly, by two readings that must both accept. math-verify's verdict compares floats with
+a tolerance, and its extraction reads one match of the answer and drops the rest (a trailing
+``\\text{...}`` runs to the end of the answer, so ``\\frac{1}{2} \\text{, or } \\frac{7}{10}`` reads
+as ``\\frac{1}{2}``). So the answer is also read whole (:func:`exact_value`): peeled as the
+integer verifier peels it, nothing that holds a value dropped, parsed by one LaTeX grammar that
+must consume every character, decimals taken at their exact decimal value, and evaluated without
+rounding; it must come to that same rational. Text holding two values reads as a set, a tuple,
+words or a parse error, never as one rational, so a hedge scores as wrong whichever value is
+right, and ``0.5000001`` is not ``1/2``.
 """
 
 from __future__ import annotations
@@ -22,9 +33,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from stepwise_dapo_math.answers import normalize_integer
+from stepwise_dapo_math.answers import normalize_integer, peel_answer
 
-__all__ = ["SymbolicChecker", "SymbolicResult", "shared_checker"]
+__all__ = ["SymbolicChecker", "SymbolicResult", "exact_value", "shared_checker"]
 
 
 @dataclass(frozen=True)
@@ -122,9 +133,40 @@ def verify_pair(answer: str, gold: str) -> bool:
 
     target = parsed(answer)
     expected = parsed(gold)
-    if not target or not expected:
+    if not target or not expected or not verify(expected, target, timeout_seconds=None):
         return False
-    return bool(verify(expected, target, timeout_seconds=None))
+    exact = _rational(expected[0])
+    return exact is None or exact_value(answer) == exact
+
+
+def exact_value(answer: str) -> Any:
+    """The one rational number ``answer`` states, read whole and exactly, else None (see the
+    module docstring). Runs inside a pool worker: parsing and evaluation are unbounded."""
+    from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
+
+    # math-verify's normalization without its unit removal and box extraction, which drop text
+    # that can hold a second value; "or"/"and" become list commas.
+    whole = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="none")
+    try:
+        text = normalize_latex(peel_answer(answer), whole)
+        return _rational(latex2sympy(text, is_real=True, convert_degrees=False, normalization_config=None))
+    except Exception:  # no parse: not one number
+        return None
+
+
+def _rational(expr: Any) -> Any:
+    """``expr`` as an exact sympy Rational if it is one number (a set of one counts), else None.
+    Each Float, made from a decimal literal at that literal's precision, becomes the rational its
+    digits spell, so no comparison of this value rounds."""
+    import sympy
+
+    if isinstance(expr, sympy.FiniteSet) and len(expr) == 1:
+        (expr,) = expr.args
+    if not isinstance(expr, sympy.Expr):  # a set, tuple, relation, string or matrix
+        return None
+    value = sympy.simplify(expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}))
+    return value if value.is_Rational else None
 
 
 def _integer_decision(answer: str, gold: str) -> bool | None:

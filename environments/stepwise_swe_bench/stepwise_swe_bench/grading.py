@@ -44,6 +44,7 @@ __all__ = [
     "feedback",
     "grade",
     "model_patch",
+    "recorded_exit_code",
     "round_reward",
 ]
 
@@ -93,6 +94,9 @@ class RoundGrade:
     """Why the diff was not graded (it touches the test machinery, or does not apply)."""
     run: dict[str, Any] = field(default_factory=dict)
     """Record of the grading command (duration, termination, exit code)."""
+    test_exit_code: int | None = None
+    """The test command's own exit status, as the eval script records it after the run (the
+    script's exit code is its last step's, a ``git checkout``); None if the run never got there."""
 
     @property
     def fail_to_pass_share(self) -> float:
@@ -221,7 +225,10 @@ async def grade(
     run = result.record(max_chars=1000)
     test_output = _test_section(result.output)
     failures = failure_summary(test_output, hidden_lines(instance.test_patch))
-    unparsed = RoundGrade("RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run)
+    exit_code = recorded_exit_code(result.output)
+    unparsed = RoundGrade(
+        "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=exit_code
+    )
     if result.termination in ("timeout", "memory_limit", "disk_limit"):
         return unparsed  # killed mid-run: what its log shows is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
@@ -246,7 +253,17 @@ async def grade(
         test_output=test_output,
         failures=failures,
         run=run,
+        test_exit_code=exit_code,
     )
+
+
+def recorded_exit_code(log: str) -> int | None:
+    """The exit status the eval script echoes after its test command. The last such line: the
+    code under test runs, and can print a line like it, before the script does."""
+    from swebench.harness.grading import TEST_EXIT_CODE_RE
+
+    codes = TEST_EXIT_CODE_RE.findall(log)
+    return int(codes[-1]) if codes else None
 
 
 def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_chars: int) -> str:
@@ -262,10 +279,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
         ]
     elif not grade.log_parsed:
         why = f"killed: {grade.run['cap']}" if grade.run.get("cap") else grade.run.get("termination", "unknown")
-        lines.append(
-            f"The tests could not be run or their output could not be read ({why}, exit code "
-            f"{grade.run.get('exit_code', '?')})."
-        )
+        code = grade.test_exit_code
+        status = "the test command did not finish" if code is None else f"the test command exited with code {code}"
+        lines.append(f"The tests could not be run or their output could not be read ({why}; {status}).")
     else:
         f2p_total = len(grade.fail_to_pass["success"]) + len(grade.fail_to_pass["failure"])
         lines.append(f"Tests that must start passing: {len(grade.fail_to_pass['success'])}/{f2p_total} pass.")

@@ -8,6 +8,9 @@ after every round.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +32,8 @@ __all__ = [
     "SweBenchTaskData",
     "SweBenchTaskset",
     "SweBenchTasksetConfig",
+    "TestRunnerMissing",
+    "check_test_runner",
 ]
 
 SWE_INFO = "swe_bench"
@@ -139,7 +144,42 @@ class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
 
     def load(self) -> list[SweBenchTask]:
         instances = load_instances(self.config.source, self.config.split, self.config.instance_ids)
+        if any(instance.image is None for instance in instances):
+            check_test_runner(sys.executable)  # what the local sandbox grades with (``box``)
         return [SweBenchTask(task_data(instance), self.config.task) for instance in instances]
+
+
+class TestRunnerMissing(RuntimeError):
+    """The interpreter that grades the local tasks cannot run their test runner."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+
+def check_test_runner(python: str) -> None:
+    """Raise ``TestRunnerMissing`` unless ``python`` runs pytest, the runner of the local tasks'
+    eval scripts (``python -m pytest``). The sandbox runs them with this interpreter's
+    environment and an empty one of its own, so the check runs it the same way: without it,
+    every hidden test would fail to start and every round would score 0 for no fault of the
+    model's."""
+    try:
+        done = subprocess.run(
+            [python, "-m", "pytest", "--version"],
+            env={"PATH": os.defpath},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        why = str(error)
+    else:
+        if done.returncode == 0:
+            return
+        why = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}").splitlines()[-1]
+    raise TestRunnerMissing(
+        f"stepwise-swe-bench grades its local tasks with pytest (`python -m pytest`) in the environment "
+        f"of {python}, which cannot run it ({why}). Install the bundle with its dependencies "
+        f"(`pip install ./environments/stepwise_swe_bench`), or pytest itself: `{python} -m pip install pytest`."
+    )
 
 
 def task_data(instance: SweInstance) -> SweBenchTaskData:

@@ -1,0 +1,119 @@
+"""The bundled tasks grade with pytest: a missing runner stops the eval at load, and the model is
+told the test run's own exit code (issue 23: a user install without pytest scored every round 0
+and told the model "exit code 0").
+
+The stand-in for an install without pytest: a venv of the system Python (which has no pytest),
+the interpreter the load check and the grading sandbox are pointed at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import verifiers.v1 as vf
+from stepwise_swe_bench.fixtures import base_checkout, materialize
+from stepwise_swe_bench.grading import feedback, grade, model_patch, recorded_exit_code
+from stepwise_swe_bench.instances import load_instances
+from stepwise_swe_bench.limits import SandboxLimits
+from stepwise_swe_bench.sandbox import BwrapSandbox
+from stepwise_swe_bench.taskset import SweBenchTaskset, SweBenchTasksetConfig, TestRunnerMissing
+
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
+
+
+@pytest.fixture(scope="module")
+def no_pytest(tmp_path_factory) -> Path:
+    """The python of a fresh venv without pytest."""
+    venv = tmp_path_factory.mktemp("no-pytest") / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    assert subprocess.run([python, "-c", "import pytest"], capture_output=True).returncode != 0
+    return python
+
+
+def test_a_missing_test_runner_stops_the_load_naming_it_and_how_to_install_it(no_pytest, monkeypatch):
+    config = SweBenchTasksetConfig(id="stepwise-swe-bench")
+    assert len(SweBenchTaskset(config).load()) == 5  # this suite's interpreter has pytest
+    monkeypatch.setattr(sys, "executable", str(no_pytest))  # what the local sandbox grades with
+    with pytest.raises(TestRunnerMissing) as raised:
+        SweBenchTaskset(config).load()
+    message = str(raised.value)
+    assert "pytest" in message and str(no_pytest) in message and "No module named pytest" in message
+    assert "pip install ./environments/stepwise_swe_bench" in message
+    assert f"{no_pytest} -m pip install pytest" in message
+
+
+def test_the_feedback_reports_the_test_runs_own_exit_code(tmp_path, no_pytest):
+    """Graded in a sandbox whose test environment has no pytest: the eval script exits 0 (its last
+    step is a ``git checkout``), the test command 1; the model is told 1."""
+    instance = next(i for i in load_instances() if i.instance_id == "stepwise__csvline-7")
+    repo = tmp_path / "repo"
+    materialize(instance, repo)
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30), base=base_checkout(instance), python=no_pytest)
+
+    async def round_():
+        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
+        return await grade(instance, sandbox, patch, timeout_s=60, kept_log_bytes=1 << 20)
+
+    result = asyncio.run(round_())
+    assert not result.resolved and "No module named pytest" in result.test_output
+    assert (result.run["exit_code"], result.test_exit_code) == (0, 1)
+    message = feedback(result, round_index=0, rounds_left=1, max_log_chars=500)
+    assert "the test command exited with code 1" in message and "exit code 0" not in message
+
+
+def test_the_exit_code_is_the_eval_scripts_last_marker_not_one_the_code_printed():
+    log = ">>>>> Test Exit Code: 0\nTraceback ...\n+ : '>>>>> End Test Output'\n>>>>> Test Exit Code: 2\n"
+    assert recorded_exit_code(log) == 2
+    assert recorded_exit_code("killed before the end") is None
+
+
+SOLVE = [
+    Reply(tool_calls=[ToolCallReply("edit", {"path": "semverlite/version.py", "old": "return max(versions)",
+                                             "new": "return max(versions, key=Version.parse)"})]),
+    Reply(tool_calls=[ToolCallReply("submit", {})]),
+    "latest() now compares parsed versions.",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytest(tmp_path):
+    """The bundle README's install (``pip install . ./environments/stepwise_swe_bench`` from a
+    checkout, into a fresh venv: not the development install) and its offline command, against
+    the local scripted model: the fix scores 1, doing nothing 0, each round graded by pytest. Then
+    pytest uninstalled: the same command stops before any episode, naming pytest."""
+    root = Path(__file__).resolve().parents[2]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = [venv / "bin" / "pip", "install", "-q", str(root), str(root / "environments" / "stepwise_swe_bench")]
+    subprocess.run(install, check=True, capture_output=True, timeout=1800)
+    env = {"PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path), "LOCAL_KEY": "sk-local"}
+    env |= {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}  # and no PYTHONPATH: the venv's own code
+
+    def vf_eval(server: ModelServer, out: Path) -> subprocess.CompletedProcess:
+        command = [venv / "bin" / "vf-eval", "stepwise-swe-bench", "-m", "local-model", "--client.base-url"]
+        command += [server.base_url, "--client.api-key-var", "LOCAL_KEY", "-n", "1", "-r", "2"]
+        command += ["--env.taskset.instance-ids", '["stepwise__semverlite-12"]', "--env.max-turns", "1"]
+        return subprocess.run(command + ["--no-push", "--no-rich", "-o", str(out)], env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+
+    problem = "latest"  # a piece of semverlite's issue text
+    with ModelServer(scripted({problem: PerRollout(SOLVE, ["I changed nothing."])})) as server:
+        graded = vf_eval(server, tmp_path / "graded")
+        assert graded.returncode == 0, graded.stderr[-3000:]
+        (traces,) = (tmp_path / "graded").glob("*/traces.jsonl")
+        episodes = [vf.WireEpisode.model_validate_json(line) for line in traces.read_text().splitlines()]
+        rounds = [e.traces[0].info["swe_bench"]["rounds"][0] for e in episodes]
+        assert sorted(r["reward"] for r in rounds) == [0.0, 1.0]
+        assert all("No module named pytest" not in r["test_output"] and r["test_exit_code"] in (0, 1) for r in rounds)
+
+        subprocess.run([venv / "bin" / "pip", "uninstall", "-q", "-y", "pytest"], check=True, timeout=300)
+        stopped = vf_eval(server, tmp_path / "stopped")
+    assert stopped.returncode != 0 and not list((tmp_path / "stopped").glob("*/traces.jsonl"))
+    assert "TestRunnerMissing" in stopped.stderr and "cannot run it (" in stopped.stderr
+    assert f"`{venv / 'bin'}/python" in stopped.stderr and " -m pip install pytest`" in stopped.stderr
