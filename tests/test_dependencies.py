@@ -25,6 +25,7 @@ BUNDLES = {
     "stepwise_dapo_math": ROOT / "environments/stepwise_dapo_math",
     # fixtures/ holds the task repositories the model edits: task data, not bundle code
     "stepwise_swe_bench": ROOT / "environments/stepwise_swe_bench",
+    "stepwise_sums": ROOT / "environments/stepwise_sums",
 }
 FIRST_PARTY = {"verifiers_stepwise", "stepwise_chat", *BUNDLES}
 

@@ -1,0 +1,108 @@
+"""stepwise-sums: the splits, the answer rule, the turn loop, and attacks on the reward through vf-eval."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import verifiers.v1 as vf
+from stepwise_sums import SumsEnv
+from stepwise_sums.sums import HEADER, answer_of, split_pairs
+
+from verifiers_stepwise import available_environments
+from verifiers_stepwise.testing.episodes import run_groups
+from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
+from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
+
+KEY_VAR = "STEPWISE_TEST_API_KEY"
+QUESTION = re.compile(r"(\d+) \+ (\d+) =$")
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "sk-local")
+
+
+def answer(call) -> int:
+    """The right answer to the question the latest user message ends with."""
+    a, b = QUESTION.search(call.messages[-1]["content"]).groups()
+    return int(a) + int(b)
+
+
+def off_by(k):
+    return lambda call: f" {answer(call) + k}"
+
+
+# Rollout k of each task follows plan k: right at once; too high then right; hedges and a
+# decimal (wrong: only the first integer is read); no number; right after two hints.
+PLANS = PerRollout(
+    [off_by(0)],
+    [off_by(1), off_by(0)],
+    [
+        lambda c: f" {answer(c) + 1} or {answer(c)}",
+        lambda c: f" {answer(c)}.5",
+        lambda c: f"{answer(c) - 1}, {answer(c)}",
+    ],
+    ["I think it is big."],
+    [off_by(-3), off_by(2), off_by(0)],
+)
+
+
+def test_the_bundle_registers_its_env_id():
+    assert available_environments()["stepwise-sums"] == "stepwise_sums"
+    assert vf.environment_class("stepwise-sums") is SumsEnv
+
+
+def test_the_splits_are_disjoint_and_prompts_reproducible():
+    train, test = split_pairs("train"), split_pairs("test")
+    assert (len(train), len(test)) == (360, 90) and not set(train) & set(test)
+    with pytest.raises(ValueError, match="split must be"):
+        split_pairs("dev")
+    first = [
+        t.data.prompt for t in vf.load_environment(vf.resolve_env_config({"taskset": {"id": "stepwise-sums"}})).taskset
+    ]
+    again = [
+        t.data.prompt for t in vf.load_environment(vf.resolve_env_config({"taskset": {"id": "stepwise-sums"}})).taskset
+    ]
+    assert first == again and all(p.startswith(HEADER) for p in first)
+    held_out = vf.load_environment(vf.resolve_env_config({"taskset": {"id": "stepwise-sums", "split": "test"}}))
+    for task in held_out.taskset:  # the shots come from the training pairs only
+        shots = {tuple(map(int, m)) for m in re.findall(r"(\d+) \+ (\d+) =", task.data.prompt)}
+        assert shots - {(task.data.a, task.data.b)} <= set(train)
+
+
+@pytest.mark.parametrize(
+    "reply, value",
+    [(" 12", 12), ("12\n", 12), (" 12.", 12), ("-3", -3), (" 12.5", None), ("twelve", None), ("", None),
+     (None, None), (" 12 or 13", 12), ("x 12", None)],
+)  # fmt: skip
+def test_the_answer_is_the_first_integer(reply, value):
+    assert answer_of(reply) == value
+
+
+async def test_each_turn_is_scored_and_a_hint_follows_a_wrong_answer():
+    with ModelServer(scripted({"Sums.": PLANS})) as server:
+        (group,) = await run_groups(
+            {"taskset": {"id": "stepwise-sums"}},
+            vf.EvalClientConfig(base_url=server.base_url, api_key_var=KEY_VAR),
+            rollouts=5,
+            limit=1,
+        )
+        requests = server.chat_requests
+    rewards = sorted([read_turns(e.traces[0]).rewards for e in group], key=lambda r: (len(r), r))
+    assert rewards == [[1.0], [0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    assert sorted(e.traces[0].reward for e in group) == [0.0, 0.0, 1.0, 1.0, 1.0]  # the last answer's
+    followups = {r["messages"][-1]["content"] for r in requests if len(r["messages"]) > 2}
+    assert followups == {"too high. 10 + 2 =", "too low. 10 + 2 =", "no number. 10 + 2 ="}
+
+
+@pytest.mark.slow
+def test_vf_eval_runs_it_and_hedges_earn_nothing(tmp_path):
+    with ModelServer(scripted({"Sums.": PLANS})) as server:
+        run = run_vf_eval(["stepwise-sums", "-n", "2", "-r", "5"], server.base_url, output_dir=tmp_path,
+                          env={"HOME": str(tmp_path)})  # fmt: skip
+    assert len(run.episodes) == 10 and all(e.traces[0].ok for e in run.episodes)
+    by_turns = sorted((len(read_turns(e.traces[0]).rewards), e.traces[0].reward) for e in run.episodes)
+    # per task: right at once, right at turn 2, right at turn 3; the hedger and the wordy one fail
+    assert by_turns == sorted([(1, 1.0), (2, 1.0), (3, 0.0), (3, 0.0), (3, 1.0)] * 2)
