@@ -93,11 +93,12 @@ def model_dir(tokenizer, tmp_path):
 
 
 class Scripted:
-    """A generator replying with fixed texts in turn (closed by <end_of_turn>), logprob -0.5 per token."""
+    """A generator replying with fixed texts in turn, each closed by ``end`` (default <end_of_turn>),
+    logprob -0.5 per token."""
 
-    def __init__(self, tokenizer, replies, cut_at=None):
+    def __init__(self, tokenizer, replies, cut_at=None, end=END_OF_TURN):
         self.replies = [tokenizer.encode(r, add_special_tokens=False) for r in replies]
-        self.end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.end = tokenizer.convert_tokens_to_ids(end) if end.startswith("<") else tokenizer.encode(end)[-1]
         self.cut_at = cut_at
         self.requests: list[GenerateRequest] = []
 
@@ -123,13 +124,13 @@ def post(endpoint, body) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None):
+def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, format="turns"):
     """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
     with TokenEndpoint(generate) as endpoint:
         client = vf.TrainClientConfig(
             base_url=endpoint.base_url,
             api_key_var=KEY_VAR,
-            renderer=renderer_config(),
+            renderer=renderer_config(format),
             renderer_model_name=tokenizer_dir,
         )
         return _run(
@@ -247,7 +248,9 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
 # -- training with TRL's real loop -------------------------------------------------------------
 
 
-def _trainer(tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None, generate=None, **args):
+def _trainer(
+    tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None, generate=None, format="turns", **args
+):
     settings = dict(
         output_dir=str(tmp_path),
         per_device_train_batch_size=4,
@@ -269,6 +272,7 @@ def _trainer(tokenizer, tmp_path, env=REFINE, estimator="stepwise", options=None
         processing_class=tokenizer,
         estimator=estimator,
         options=options,
+        format=format,
         generate=generate,
     )
 
@@ -432,7 +436,145 @@ def test_the_learning_benchmark_runs_end_to_end(model_dir, tmp_path):
     import trl_learning
 
     out = tmp_path / "bench"
-    trl_learning.main(["--out", str(out), "--steps", "1", "--seeds", "0", "--model", str(model_dir)])
+    trl_learning.main(
+        ["--out", str(out), "--steps", "1", "--seeds", "0", "--methods", "grpo", "kevin", "--held-out", "2",
+         "--before-samples", "1", "--model", str(model_dir)]
+    )  # fmt: skip
     result = json.loads((out / "results.json").read_text())
-    assert [(r["estimator"], len(r["steps"])) for r in result["runs"]] == [("grpo", 1), ("stepwise", 1)]
-    assert "| stepwise | 1 |" in (out / "results.md").read_text() and (out / "curves.png").is_file()
+    assert [(r["method"], len(r["steps"]), r["after"]["episodes"]) for r in result["runs"]] == [
+        ("grpo", 1, 2),
+        ("kevin", 1, 2),
+    ]
+    assert result["before"]["episodes"] == 2
+    assert "| kevin |" in (out / "results.md").read_text() and (out / "curves.png").is_file()
+
+
+# -- the text format, batching by episodes in flight, sampling logprobs, LoRA ------------------------
+
+SUMS = {"taskset": {"id": "stepwise-sums", "shots": 1}, "max_turns": 3}
+
+
+def test_the_text_format_continues_the_document_and_a_reply_ends_at_its_newline(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, [" 13", " 12"], end="\n")
+    (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=1, format="text")
+    (trace,) = group[0].traces
+    assert len(trace.branches) == 1 and read_turns(trace).rewards == [0.0, 1.0]
+    branch = trace.branches[0]
+    prompt = group[0].task.data.prompt
+    assert tokenizer.decode(branch.token_ids, skip_special_tokens=True) == prompt + " 13\ntoo high. 10 + 2 = 12\n"
+    sampled = [t for t, m in zip(branch.token_ids, branch.sampled_mask) if m]
+    assert sampled == [t for r in generate.replies for t in r + [generate.end]]
+    first, second = generate.requests
+    assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
+    assert generate.end in first.stop_token_ids
+
+
+def test_the_text_format_closes_a_cut_reply_with_a_newline(tokenizer, tokenizer_dir):
+    generate = Scripted(tokenizer, [" 1 3 5 7 9 11"], end="\n")
+    (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=1, max_tokens=2, format="text")
+    (trace,) = group[0].traces
+    assert len(trace.branches) == 1
+    first, second = generate.requests[:2]
+    assert second.prompt_ids[: len(first.prompt_ids) + 3] == first.prompt_ids + generate.replies[0][:2] + [generate.end]
+
+
+def test_an_unknown_format_is_named():
+    with pytest.raises(ValueError, match="unknown format 'chatml'"):
+        renderer_config("chatml")
+
+
+def test_a_batch_waits_for_every_episode_in_flight():
+    """Requests sent 0.3 s apart (15× the old 20 ms window) reach the generator as one batch
+    while three episodes are in flight; once one is done, the other two no longer wait for it."""
+    import concurrent.futures
+    import time
+
+    sizes = []
+
+    def echo(requests):
+        sizes.append(len(requests))
+        return [Generation([r.prompt_ids[0]], [-1.0], "stop") for r in requests]
+
+    with TokenEndpoint(echo, max_wait=5.0) as endpoint:
+
+        def call(first, delay):
+            time.sleep(delay)
+            return post(endpoint, {"token_ids": [first], "sampling_params": {}})[0]
+
+        endpoint.episodes(3)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            assert list(pool.map(call, [1, 2, 3], [0.0, 0.3, 0.6])) == [200] * 3
+        endpoint.episode_done()
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(call, [1, 2], [0.0, 0.1])) == [200] * 2
+        assert time.perf_counter() - start < 2.0  # not max_wait: nothing waits for the finished episode
+    assert sizes == [3, 2]
+
+
+def test_sampled_logprobs_are_the_log_softmax_of_the_sampling_distribution(tokenizer):
+    """SampledLogprobs (one step's distribution at a time) against generate's full-vocabulary logits,
+    at temperature 1 and 0.7 (transformers applies its temperature after a caller's processors)."""
+    from verifiers_stepwise.hosts.trl.sampling import SampledLogprobs
+
+    model = tiny_model(tokenizer).eval()
+    ids = torch.tensor([tokenizer.encode("12 + 3 =")] * 3)
+    for temperature in (1.0, 0.7):
+        torch.manual_seed(0)
+        recorder = SampledLogprobs(temperature)
+        with torch.no_grad():
+            result = model.generate(
+                input_ids=ids, max_new_tokens=5, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                logits_processor=[recorder], output_logits=True, return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+            )  # fmt: skip
+        sampled = result.sequences[:, ids.shape[1] :]
+        logits = torch.stack(result.logits, dim=1).float() / temperature
+        expected = torch.log_softmax(logits, -1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+        assert torch.allclose(recorder.finish(result.sequences), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lora_samples_merged_and_the_frozen_weights_come_back_exactly(tokenizer, dtype):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(tokenizer).to(dtype), LoraConfig(r=4, target_modules="all-linear"))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:  # a trained adapter, not the no-op it starts as
+            torch.nn.init.normal_(p, std=0.5)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    request = GenerateRequest(
+        prompt_ids=tokenizer.encode("1 + 2 ="),
+        max_tokens=4,
+        temperature=0.0,
+        top_p=1.0,
+        stop_token_ids=[],
+        seed=None,
+        sampling={},
+    )
+    (merged,) = sampler([request])
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    if dtype == torch.float32:  # greedy tokens as the unmerged adapters give them
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([request.prompt_ids]), max_new_tokens=4, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        assert merged.token_ids == out[0, len(request.prompt_ids) :].tolist()
+
+
+@pytest.mark.slow
+def test_the_command_trains_lora_and_saves_the_adapter_without_optimizer_state(model_dir, tmp_path):
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    out = tmp_path / "lora"
+    main(
+        [
+            "--env-id", "stepwise-sums", "--model", str(model_dir), "--output_dir", str(out), "--max_steps", "1",
+            "--save_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "4",
+            "--max_completion_length", "3", "--report_to", "none", "--use_peft", "--lora_target_modules", "all-linear",
+        ]
+    )  # fmt: skip
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
+    (checkpoint,) = out.glob("checkpoint-*")
+    assert (checkpoint / "adapter_model.safetensors").is_file() and not (checkpoint / "optimizer.pt").exists()

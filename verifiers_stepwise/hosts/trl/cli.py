@@ -38,6 +38,12 @@ class HostArguments:
     options: str = field(
         default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"}
     )
+    format: str = field(
+        default="text",
+        metadata={
+            "help": "conversation tokens: 'text' (a plain document, for base models) or 'turns' (Gemma's chat turns)"
+        },
+    )
     model: str = field(
         default=DEFAULT_MODEL,
         metadata={"help": f"a local transformers model; default {DEFAULT_MODEL!r}, the Gemma 3 270M GGUF from PyPI"},
@@ -48,23 +54,33 @@ def main(argv: Sequence[str] | None = None) -> Any:
     """Parse, train, save, plot; returns the trainer."""
     with requires("verifiers_stepwise.hosts.trl", "torch", "trl", extra="trl"):
         import torch
-        from trl import GRPOConfig, TrlParser
+        from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
 
     from verifiers_stepwise.hosts.trl.model import load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
-    parser = TrlParser((HostArguments, GRPOConfig))  # type: ignore[arg-type]  # a tuple of dataclasses, as HfArgumentParser takes
+    parser = TrlParser((HostArguments, GRPOConfig, ModelConfig))  # type: ignore[arg-type]  # dataclasses, as HfArgumentParser takes
     if not torch.cuda.is_available():
         # TRL defaults to bf16, which transformers refuses without an accelerator unless told
         # use_cpu; explicit flags still win.
         parser.set_defaults(use_cpu=True, bf16=False)
     parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
-    host, training = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    # A checkpoint holds the weights (a LoRA run's: the adapter) but not the optimizer state,
+    # which is twice a full model's size (3.1 GB for Gemma); --save_only_model false keeps it.
+    parser.set_defaults(save_only_model=True)
+    host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     env = {"taskset": {"id": host.env_id}, **_json(host.env_args, "--env-args")}
     options = _json(host.options, "--options")
     model, tokenizer = load_model(host.model)
     trainer = StepwiseGRPOTrainer(
-        model, env, args=training, processing_class=tokenizer, estimator=host.estimator, options=options
+        model,
+        env,
+        args=training,
+        processing_class=tokenizer,
+        estimator=host.estimator,
+        options=options,
+        format=host.format,
+        peft_config=get_peft_config(model_args),  # --use_peft --lora_r ... as in TRL's scripts; None without
     )
     try:
         trainer.train()
@@ -72,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
         trainer.close()
     output = Path(training.output_dir)
     trainer.save_model(str(output))
+    trainer.create_model_card()
     (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
     plot = plot_rewards(
         trainer.state.log_history, output / "reward_curve.png", title=f"{host.env_id} · {host.estimator}"

@@ -7,11 +7,19 @@ on a worker thread, never on the server's event loop, and the server runs from a
 its own. A generator that raises answers each request of its batch with HTTP 500 and the error
 text, which the client reports as a model error; one that puts an exception in place of a
 ``Generation`` fails only that request.
+
+A batch is cut when every episode in flight has its next request waiting: the client says
+how many episodes it runs (``episodes(n)``, then ``episode_done()`` as each ends), so the
+turns of a step's episodes reach the model together, however long each one's env work took
+(a fixed gathering window split a step's 16 episodes 15 + 1 and doubled its generation time).
+``max_wait`` bounds how long waiting requests wait for the rest; with no episodes declared
+(another client) the endpoint waits ``batch_window`` after the first request, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
@@ -29,8 +37,10 @@ class TokenEndpoint(ThreadedServer):
     """Serves ``generate`` on ``http://127.0.0.1:<port>`` from its own thread; a context manager.
 
     ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes.
-    ``batch_window`` seconds are waited after the first request of an idle endpoint so that
-    requests sent together (the rollouts of a step) reach the generator as one batch.
+    With episodes declared (``episodes``), a batch waits until every episode in flight has a
+    request waiting (at most ``max_wait`` seconds); otherwise ``batch_window`` seconds are waited
+    after the first request of an idle endpoint so that requests sent together reach the
+    generator as one batch.
     """
 
     what = "token endpoint"
@@ -42,12 +52,16 @@ class TokenEndpoint(ThreadedServer):
         model: str = "policy",
         max_model_len: int | None = None,
         batch_window: float = 0.02,
+        max_wait: float = 2.0,
     ) -> None:
         super().__init__()
         self.generate = generate
         self.model = model
         self.max_model_len = max_model_len
         self.batch_window = batch_window
+        self.max_wait = max_wait
+        self.in_flight = 0
+        """Episodes declared and not yet done (changed only in the server's loop)."""
         self.calls = 0
         """Generator calls made so far (each answers one batch)."""
         self._pending: list[tuple[GenerateRequest, asyncio.Future]] = []
@@ -58,6 +72,23 @@ class TokenEndpoint(ThreadedServer):
         asyncio.get_running_loop().create_task(self._work())
         return generate_routes(self._enqueue, failure_status=500, model=self.model, max_model_len=self.max_model_len)
 
+    def episodes(self, n: int) -> None:
+        """Declare ``n`` more episodes in flight (thread-safe)."""
+        self._call(self._add, n)
+
+    def episode_done(self) -> None:
+        """One declared episode ended: it sends no more requests (thread-safe)."""
+        self._call(self._add, -1)
+
+    def _call(self, function: Callable[..., None], *args: object) -> None:
+        if self._loop is None:
+            raise RuntimeError("the token endpoint is not running (start() it first)")
+        self._loop.call_soon_threadsafe(function, *args)
+
+    def _add(self, n: int) -> None:
+        self.in_flight = max(0, self.in_flight + n)
+        self._wake.set()
+
     async def _enqueue(self, request: GenerateRequest) -> Generation:
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
@@ -66,13 +97,22 @@ class TokenEndpoint(ThreadedServer):
 
     async def _work(self) -> None:
         """Hand every waiting request to the generator at once, one batch at a time."""
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.batch_window)
+            self._wake.clear()
+            if not self._pending:
+                continue
+            if self.in_flight:
+                deadline = loop.time() + self.max_wait
+                while len(self._pending) < self.in_flight and (left := deadline - loop.time()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
+                    self._wake.clear()
+            else:
+                await asyncio.sleep(self.batch_window)
             batch, self._pending = self._pending, []
             self._wake.clear()
-            if not batch:
-                continue
             self.calls += 1
             try:
                 generations = await asyncio.to_thread(self.generate, [r for r, _ in batch])

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.traces.credit import CREDIT, score_group
-from verifiers_stepwise.traces.turns import read_turns
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -46,7 +45,8 @@ class EpisodeSample:
     """The trace's reward (TRL's ``reward`` metric); None when the episode errored."""
     turn_rewards: list[float]
     turn_advantages: list[float]
-    """Empty when the episode was excluded from credit."""
+    """The turns as ``score_group`` credited them (its record on the trace); empty when the
+    episode was excluded from credit."""
     excluded: str | None
     """Why ``score_group`` left the episode out, or None."""
 
@@ -78,8 +78,8 @@ def episode_sample(episode: vf.Episode, pad_token_id: int) -> EpisodeSample:
         )
     credit = trace.info.get(CREDIT, {})
     excluded = credit.get("excluded")
-    turns = read_turns(trace)
-    turn_rewards = turns.rewards if turns is not None else []
+    # The credit record is the one read of the turns: the metrics show what the loss trains on.
+    turn_rewards = [] if excluded else list(credit.get("rewards", []))
     tokens, mask, logprobs, advantages = [], [], [], None
     if branches:
         branch = branches[0]

@@ -26,6 +26,8 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
@@ -40,7 +42,7 @@ with requires("verifiers_stepwise.hosts.trl", "torch", "datasets", "trl", extra=
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.hosts.trl.endpoint import GenerateFn, TokenEndpoint
-from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, renderer_config
+from verifiers_stepwise.hosts.trl.renderer import FORMATS, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import EpisodeSample, score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
 
@@ -83,7 +85,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
       estimator, options: a registered estimator name and its config fields (``hosts.estimator_from``).
       args: TRL's ``GRPOConfig``. ``temperature``, ``top_p`` and ``max_completion_length`` (per model
         call) become the episodes' sampling settings.
-      processing_class: the tokenizer; it must hold Gemma's turn tokens (``TurnFormatRenderer``).
+      processing_class: the tokenizer.
+      format: how conversations become tokens: ``"text"`` (a plain document, replies end at a
+        newline: for base models and completion-style envs such as ``stepwise-sums``) or
+        ``"turns"`` (Gemma's chat turns; the tokenizer must hold its turn tokens). See
+        ``hosts.trl.renderer``.
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
       kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the dataset is the
@@ -99,6 +105,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         processing_class: Any,
         estimator: str | Estimator = "stepwise",
         options: Mapping[str, Any] | None = None,
+        format: str = "text",
         generate: GenerateFn | None = None,
         **kwargs: Any,
     ) -> None:
@@ -106,6 +113,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         self.tasks = list(self.env.taskset)
         self.estimator = get_estimator(estimator, **(options or {})) if isinstance(estimator, str) else estimator
         self.last_batch: Batch | None = None
+        self.format = format
+        renderer_config(format)  # an unknown format fails here, before the model is wrapped
         self._rows: list[dict] = []
         super().__init__(
             model=model,
@@ -116,11 +125,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             rollout_func=self._rollout,
             **kwargs,
         )
-        # A reply closed by the turn format's <end_of_turn> ended, for TRL's clipped_ratio and
-        # mask_truncated_completions too (TRL only knows the model's eos ids).
-        end_of_turn = self._tokenizer.convert_tokens_to_ids(END_OF_TURN)
-        if end_of_turn not in self.eos_token_ids:
-            self.eos_token_ids = [*self.eos_token_ids, end_of_turn]
+        # A reply closed by the format's stop tokens (a newline, <end_of_turn>) ended, for TRL's
+        # clipped_ratio and mask_truncated_completions too (TRL only knows the model's eos ids).
+        # Building the renderer here also checks the tokenizer suits the format before step 1.
+        renderer = getattr(import_module("verifiers_stepwise.hosts.trl.renderer"), FORMATS[format])(self._tokenizer)
+        self.eos_token_ids = sorted({*self.eos_token_ids, *renderer.get_stop_token_ids()})
         self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="vf-stepwise-tokenizer-")
         self._tokenizer.save_pretrained(self._tokenizer_dir.name)
         sampler = generate or ModelSampler(
@@ -141,6 +150,12 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             [row["episode"] for row in inputs], samples, output["advantages"].detach().cpu(), advantages.detach().cpu()
         )
         output["advantages"] = advantages
+        # TRL's completion log (--log_completions, its "Advantage" column) shows what is trained:
+        # each episode's mean per-token advantage over its sampled tokens, not TRL's sequence one.
+        logged = self._logs["advantages"]
+        for k, sample in enumerate(samples, start=len(logged) - len(samples)):
+            sampled = [a for a, m in zip(sample.advantages, sample.env_mask) if m]
+            logged[k] = sum(sampled) / len(sampled) if sampled else 0.0
         self._log_turns(samples)
         return output
 
@@ -158,7 +173,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         """TRL's ``rollout_func``: ``prompts`` are ``self._rows``' prompts, each task's repeated."""
         indices = [row["task_index"] for row in self._rows]
         groups = _consecutive_groups(indices, self._group_size())
-        episodes = _run(self._run_groups([self.tasks[indices[start]] for start, _ in groups], groups))
+        episodes = self.run_episodes([self.tasks[indices[start]] for start, _ in groups], self._group_size())
         samples = score_groups(episodes, self.estimator, self._tokenizer.pad_token_id)
         return {
             "prompt_ids": [s.prompt_ids for s in samples],
@@ -170,12 +185,22 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             "episode": [episode for group in episodes for episode in group],
         }
 
-    async def _run_groups(self, tasks: list[vf.Task], groups: list[tuple[int, int]]) -> list[list[vf.Episode]]:
+    def run_episodes(
+        self, tasks: Sequence[vf.Task], per_task: int, env: vf.Env | None = None
+    ) -> list[list[vf.Episode]]:
+        """``per_task`` episodes of each task played by the current model, grouped by task.
+
+        ``env`` (default: the training env) may be another env, e.g. a held-out split to
+        evaluate on; the episodes are not scored for credit and train nothing.
+        """
+        return _run(self._run_groups(env or self.env, list(tasks), per_task))
+
+    async def _run_groups(self, env: vf.Env, tasks: list[vf.Task], per_task: int) -> list[list[vf.Episode]]:
         os.environ.setdefault(API_KEY_VAR, "local")
         client = vf.TrainClientConfig(
             base_url=self.endpoint.base_url,
             api_key_var=API_KEY_VAR,
-            renderer=renderer_config(),
+            renderer=renderer_config(self.format),
             renderer_model_name=self._tokenizer_dir.name,
         )
         sampling = vf.SamplingConfig(
@@ -184,14 +209,18 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             max_tokens=self.max_completion_length,
         )
         ctx = vf.ModelContext(model="policy", client=client, sampling=sampling)
-        async with self.env.serving():
-            slots = [self.env.slots(task, end - start) for task, (start, end) in zip(tasks, groups)]
-            flat = await asyncio.gather(*(self.env.run_slot(slot, ctx) for group in slots for slot in group))
-        out, k = [], 0
-        for start, end in groups:
-            out.append(list(flat[k : k + end - start]))
-            k += end - start
-        return out
+
+        async def episode(slot: Any) -> vf.Episode:
+            try:
+                return await env.run_slot(slot, ctx)
+            finally:
+                self.endpoint.episode_done()
+
+        async with env.serving():
+            slots = [slot for task in tasks for slot in env.slots(task, per_task)]
+            self.endpoint.episodes(len(slots))  # a generation batch waits for every episode in flight
+            flat = await asyncio.gather(*(episode(slot) for slot in slots))
+        return [list(flat[k : k + per_task]) for k in range(0, len(flat), per_task)]
 
     # -- metrics ------------------------------------------------------------------------------
 
@@ -212,6 +241,47 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         for t in range(max(len(s.turn_rewards) for s in scored)):
             at_t = [s.turn_rewards[t] for s in scored if len(s.turn_rewards) > t]
             metrics[f"turn_rewards/turn_{t}"].append(sum(at_t) / len(at_t))
+
+    def create_model_card(
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None
+    ) -> None:
+        """``<output_dir>/README.md``: what was trained on what, and a quick start that loads this folder.
+
+        Replaces TRL's card, whose quick start loads a hub id (``None`` for a local run) and
+        whose base model is a local path's ``None``.
+        """
+        if not self.is_world_process_zero():
+            return
+        base = getattr(self.model.config, "_name_or_path", "") or "unknown"
+        peft = hasattr(self.model, "peft_config")
+        loader = (
+            "from peft import AutoPeftModelForCausalLM as Model"
+            if peft
+            else "from transformers import AutoModelForCausalLM as Model"
+        )
+        env_id = getattr(self.env.config.taskset, "id", None) or type(self.env.taskset).__name__
+        card = f"""# {model_name or Path(self.args.output_dir).name}
+
+{"A LoRA adapter on" if peft else "A fine-tune of"} `{base}`, trained with TRL's `GRPOTrainer` by
+verifiers-stepwise's TRL host on the verifiers env `{env_id}`, credited per turn by the estimator
+`{self.estimator!r}`; conversations in the `{self.format}` format (`verifiers_stepwise.hosts.trl.renderer`).
+
+## Quick start (run in this folder)
+
+```python
+import torch
+from transformers import AutoTokenizer
+{loader}
+
+model, tokenizer = Model.from_pretrained("."), AutoTokenizer.from_pretrained(".")
+prompt = "Sums. A wrong answer gets a hint, then another try.\\n12 + 5 = 17\\nright.\\n31 + 4 ="
+ids = tokenizer(prompt, return_tensors="pt")
+out = model.generate(**ids, max_new_tokens=4, do_sample=False)
+print(tokenizer.decode(out[0, ids["input_ids"].shape[1]:]))
+```
+"""
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(self.args.output_dir) / "README.md").write_text(card)
 
     def close(self) -> None:
         """Stop the token endpoint and remove the saved tokenizer. Its thread holds the trainer
