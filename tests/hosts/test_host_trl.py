@@ -578,3 +578,16 @@ def test_the_command_trains_lora_and_saves_the_adapter_without_optimizer_state(m
     assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
     (checkpoint,) = out.glob("checkpoint-*")
     assert (checkpoint / "adapter_model.safetensors").is_file() and not (checkpoint / "optimizer.pt").exists()
+
+
+@pytest.mark.slow
+def test_the_step_cost_benchmark_runs_end_to_end(model_dir, tmp_path):
+    """benchmarks/trl_step_cost.py on the tiny model (the real run uses Gemma): both trainers, one pair."""
+    import trl_step_cost
+
+    out = tmp_path / "cost"
+    trl_step_cost.main(["--out", str(out), "--pairs", "1", "--steps", "2", "--model", str(model_dir)])
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [r["trainer"] for r in runs] == ["host", "trl"]
+    assert all(r["warm_step_s"] > 0 and r["generation_tokens_per_s"] > 0 for r in runs)
+    assert "host / TRL per pair" in (out / "results.md").read_text()
