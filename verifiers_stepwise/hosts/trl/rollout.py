@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.traces.credit import CREDIT, score_group
+from verifiers_stepwise.traces.turns import read_turns
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -46,7 +47,7 @@ class EpisodeSample:
     turn_rewards: list[float]
     turn_advantages: list[float]
     """The turns as ``score_group`` credited them (its record on the trace); empty when the
-    episode was excluded from credit."""
+    episode was excluded from credit (its ``turn_rewards`` then are the turns it earned)."""
     excluded: str | None
     """Why ``score_group`` left the episode out, or None."""
 
@@ -78,8 +79,13 @@ def episode_sample(episode: vf.Episode, pad_token_id: int) -> EpisodeSample:
         )
     credit = trace.info.get(CREDIT, {})
     excluded = credit.get("excluded")
-    # The credit record is the one read of the turns: the metrics show what the loss trains on.
-    turn_rewards = [] if excluded else list(credit.get("rewards", []))
+    # A scored episode's turns are its credit record's, so the metrics show what the loss trains
+    # on; an excluded one keeps the turns it earned (read from the trace), trained on by nothing.
+    if excluded:
+        turns = read_turns(trace)
+        turn_rewards = turns.rewards if turns is not None else []
+    else:
+        turn_rewards = list(credit.get("rewards", []))
     tokens, mask, logprobs, advantages = [], [], [], None
     if branches:
         branch = branches[0]
