@@ -152,7 +152,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         output["advantages"] = advantages
         # TRL's completion log (--log_completions, its "Advantage" column) shows what is trained:
         # each episode's mean per-token advantage over its sampled tokens, not TRL's sequence one.
-        logged = self._logs["advantages"]
+        logged: Any = self._logs["advantages"]  # TRL's deque of floats
         for k, sample in enumerate(samples, start=len(logged) - len(samples)):
             sampled = [a for a, m in zip(sample.advantages, sample.env_mask) if m]
             logged[k] = sum(sampled) / len(sampled) if sampled else 0.0
@@ -242,7 +242,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             at_t = [s.turn_rewards[t] for s in scored if len(s.turn_rewards) > t]
             metrics[f"turn_rewards/turn_{t}"].append(sum(at_t) / len(at_t))
 
-    def create_model_card(
+    def create_model_card(  # type: ignore[override]  # TRL's BaseTrainer signature
         self, model_name: str | None = None, dataset_name: str | None = None, tags: Any = None
     ) -> None:
         """``<output_dir>/README.md``: what was trained on what, and a quick start that loads this folder.
@@ -252,6 +252,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         """
         if not self.is_world_process_zero():
             return
+        assert self.model is not None  # GRPOTrainer always holds its model
+        output = Path(str(self.args.output_dir))
         base = getattr(self.model.config, "_name_or_path", "") or "unknown"
         peft = hasattr(self.model, "peft_config")
         loader = (
@@ -260,7 +262,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             else "from transformers import AutoModelForCausalLM as Model"
         )
         env_id = getattr(self.env.config.taskset, "id", None) or type(self.env.taskset).__name__
-        card = f"""# {model_name or Path(self.args.output_dir).name}
+        card = f"""# {model_name or output.name}
 
 {"A LoRA adapter on" if peft else "A fine-tune of"} `{base}`, trained with TRL's `GRPOTrainer` by
 verifiers-stepwise's TRL host on the verifiers env `{env_id}`, credited per turn by the estimator
@@ -280,8 +282,8 @@ out = model.generate(**ids, max_new_tokens=4, do_sample=False)
 print(tokenizer.decode(out[0, ids["input_ids"].shape[1]:]))
 ```
 """
-        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(self.args.output_dir) / "README.md").write_text(card)
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "README.md").write_text(card)
 
     def close(self) -> None:
         """Stop the token endpoint and remove the saved tokenizer. Its thread holds the trainer
