@@ -563,6 +563,27 @@ def test_lora_samples_merged_and_the_frozen_weights_come_back_exactly(tokenizer,
         assert merged.token_ids == out[0, len(request.prompt_ids) :].tolist()
 
 
+def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(tokenizer), LoraConfig(r=4, target_modules="all-linear"))
+    model.train()
+    merges = []
+    merge = model.merge_adapter
+    model.merge_adapter = lambda *a, **k: (merges.append(1), merge(*a, **k))  # type: ignore[method-assign]
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), max_tokens=2, temperature=0.0, top_p=1.0,
+                              stop_token_ids=[], seed=None, sampling={})  # fmt: skip
+    with sampler.merged():
+        assert not model.training and all(m.merged for m in model.modules() if hasattr(m, "merged_adapters"))
+        sampler([request])
+        sampler([request])
+    assert len(merges) == 1 and model.training
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+    sampler([request])  # outside a block: a merge for the call
+    assert len(merges) == 2 and model.training
+
+
 @pytest.mark.slow
 def test_the_command_trains_lora_and_saves_the_adapter_without_optimizer_state(model_dir, tmp_path):
     from verifiers_stepwise.hosts.trl.cli import main

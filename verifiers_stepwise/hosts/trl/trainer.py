@@ -21,6 +21,7 @@ compare the two.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import threading
@@ -42,6 +43,7 @@ with requires("verifiers_stepwise.hosts.trl", "torch", "datasets", "trl", extra=
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.hosts.trl.endpoint import GenerateFn, TokenEndpoint
+from verifiers_stepwise.hosts.trl.model import contiguous_output_embeddings
 from verifiers_stepwise.hosts.trl.renderer import FORMATS, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import EpisodeSample, score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
@@ -125,6 +127,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             rollout_func=self._rollout,
             **kwargs,
         )
+        contiguous_output_embeddings(self.accelerator.unwrap_model(self.model))  # bf16 on CPU: see there
         # A reply closed by the format's stop tokens (a newline, <end_of_turn>) ended, for TRL's
         # clipped_ratio and mask_truncated_completions too (TRL only knows the model's eos ids).
         # Building the renderer here also checks the tokenizer suits the format before step 1.
@@ -135,6 +138,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         sampler = generate or ModelSampler(
             lambda: self.accelerator.unwrap_model(self.model), self._tokenizer.pad_token_id
         )
+        # One adapter merge for all of a step's rollouts, not one per generation batch.
+        self._sampling = sampler.merged if isinstance(sampler, ModelSampler) else contextlib.nullcontext
         self.endpoint = TokenEndpoint(sampler, model="policy").start()
 
     # -- generation ---------------------------------------------------------------------------
@@ -193,7 +198,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         ``env`` (default: the training env) may be another env, e.g. a held-out split to
         evaluate on; the episodes are not scored for credit and train nothing.
         """
-        return _run(self._run_groups(env or self.env, list(tasks), per_task))
+        with self._sampling():
+            return _run(self._run_groups(env or self.env, list(tasks), per_task))
 
     async def _run_groups(self, env: vf.Env, tasks: list[vf.Task], per_task: int) -> list[list[vf.Episode]]:
         os.environ.setdefault(API_KEY_VAR, "local")
