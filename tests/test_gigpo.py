@@ -6,6 +6,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -14,6 +15,14 @@ from tests import strategies as s
 from verifiers_stepwise import GRPO, GiGPO, RaggedBatch, estimator_class, get_estimator
 from verifiers_stepwise.estimators.gigpo import anchor_state_advantages
 from verifiers_stepwise.estimators.returns import ragged_discounted_returns
+from verifiers_stepwise.testing.trace_files import make_episode
+from verifiers_stepwise.traces.credit import score_group
+from verifiers_stepwise.traces.turns import (
+    TURN_STATES,
+    TurnSchemaError,
+    append_turn_state,
+    read_turn_states,
+)
 
 omega = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 4.0]), st.floats(0.0, 10.0))
 configs = st.builds(dict, gamma=s.gamma, omega=omega, scale=s.scale)
@@ -115,3 +124,39 @@ def test_a_loop_back_to_the_start_is_credited_below_the_direct_path():
 def test_registered_by_name():
     assert estimator_class("gigpo") is GiGPO
     assert get_estimator("gigpo", omega=0.5).config.omega == 0.5
+
+
+# -- anchor states on traces: the schema and score_group ------------------------------------------
+
+
+def test_turn_states_are_padded_from_the_first_key_and_read_back():
+    trace = make_episode([0.0, 0.5, 1.0]).traces[0]
+    rewards = trace.info.pop("turn_rewards")
+    for reward, state in zip(rewards, [None, "b", None]):
+        trace.info.setdefault("turn_rewards", []).append(reward)
+        append_turn_state(trace, state)
+    assert trace.info[TURN_STATES] == [None, "b", None]
+    assert read_turn_states(trace, 3) == [None, "b", None]
+
+
+def test_no_key_writes_nothing_and_bad_keys_are_refused():
+    trace = make_episode([0.0, 1.0]).traces[0]
+    append_turn_state(trace, None)
+    assert TURN_STATES not in trace.info and read_turn_states(trace, 2) is None
+    with pytest.raises(TurnSchemaError, match=r"state \(1, 2\) in turn_states is not a str, int or None"):
+        append_turn_state(trace, (1, 2))  # type: ignore[arg-type]
+    trace.info[TURN_STATES] = ["a"]
+    with pytest.raises(TurnSchemaError, match=r"one state per turn \(2\), got 1 entries"):
+        read_turn_states(trace, 2)
+
+
+def test_score_group_hands_recorded_states_to_the_estimator():
+    rewards = [[0.0, 1.0], [0.0, 0.0, 1.0], [0.5]]
+    states = [["s0", "s1"], ["s0", "s0", "s1"], None]
+    group = [make_episode(r) for r in rewards]
+    for episode, row in zip(group, states):
+        if row is not None:
+            episode.traces[0].info[TURN_STATES] = row
+    got = score_group(group, GiGPO())
+    assert got == GiGPO()(rewards, [states[0], states[1], [None]])
+    assert got != GRPO()(rewards)
