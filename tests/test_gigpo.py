@@ -160,3 +160,13 @@ def test_score_group_hands_recorded_states_to_the_estimator():
     got = score_group(group, GiGPO())
     assert got == GiGPO()(rewards, [states[0], states[1], [None]])
     assert got != GRPO()(rewards)
+
+
+def test_a_state_revisited_within_a_rollout_breaks_rules_two_and_three():
+    """docs/estimators.md rule columns: identical rollouts that revisit a state are compared
+    across positions, whose discounted returns differ once rewards are nonzero; all-zero
+    rewards give 0 and the same rollouts shifted by 1 do not."""
+    states = [["s", "s"], ["s", "s"]]
+    assert GiGPO()([[0.0, 0.0], [0.0, 0.0]], states) == [[0.0, 0.0], [0.0, 0.0]]
+    (first, second), _ = GiGPO()([[1.0, 1.0], [1.0, 1.0]], states)
+    assert first > 0 > second  # R = 1.95, 1.0 from the same state s
