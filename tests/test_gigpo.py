@@ -170,3 +170,13 @@ def test_a_state_revisited_within_a_rollout_breaks_rules_two_and_three():
     assert GiGPO()([[0.0, 0.0], [0.0, 0.0]], states) == [[0.0, 0.0], [0.0, 0.0]]
     (first, second), _ = GiGPO()([[1.0, 1.0], [1.0, 1.0]], states)
     assert first > 0 > second  # R = 1.95, 1.0 from the same state s
+
+
+@given(st.lists(small, min_size=2, max_size=8), s.scale, omega)
+def test_one_turn_from_a_shared_start_is_one_plus_omega_times_grpo(rewards, scale, w):
+    """Every rollout's first turn acts from the start state, so with one turn the step group is
+    the whole group and A^S = A^E (the learning benchmark's single_turn control: 2 × grpo)."""
+    group = [[r] for r in rewards]
+    got = flat(GiGPO(omega=w, scale=scale)(group, [["start"]] * len(group)))
+    want = [(1 + w) * a for a in flat(GRPO(scale=scale)(group))]
+    assert all(abs(g - x) <= 1e-12 * (1 + w) * max(1.0, abs(x)) for g, x in zip(got, want))
