@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -145,6 +146,8 @@ def test_no_key_writes_nothing_and_bad_keys_are_refused():
     assert TURN_STATES not in trace.info and read_turn_states(trace, 2) is None
     with pytest.raises(TurnSchemaError, match=r"state \(1, 2\) in turn_states is not a str, int or None"):
         append_turn_state(trace, (1, 2))  # type: ignore[arg-type]
+    with pytest.raises(TurnSchemaError, match="no recorded turn"):
+        append_turn_state(SimpleNamespace(id="t", info={}), "a")  # type: ignore[arg-type]
     trace.info[TURN_STATES] = ["a"]
     with pytest.raises(TurnSchemaError, match=r"one state per turn \(2\), got 1 entries"):
         read_turn_states(trace, 2)

@@ -63,10 +63,10 @@ class RaggedBatch:
         object.__setattr__(self, "group_sizes", group_sizes)
         if self.states is not None:
             states = np.ascontiguousarray(self.states, dtype=np.int64)
-            if states.shape != rewards.shape or (states.size and states.min() < -1):
-                raise RewardError(
-                    f"states must be {rewards.size} ids >= -1 (one per turn, -1 for none), got shape {states.shape}"
-                )
+            if states.shape != rewards.shape:
+                raise RewardError(f"states must hold one id per turn ({rewards.size}), got shape {states.shape}")
+            if states.size and states.min() < -1:
+                raise RewardError(f"states are ids >= 0, or -1 for none; got {int(states.min())}")
             object.__setattr__(self, "states", states)
 
     # -- construction and splitting -------------------------------------------------------

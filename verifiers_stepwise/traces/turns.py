@@ -45,7 +45,8 @@ the model saw before replying: a board, a page, the files) records it as
 (``append_turn_state``; absent = no turn has one). Turns of a group with equal keys share an
 anchor state, which is what ``gigpo`` groups its step advantages by; other estimators ignore
 it. Keys are compared exactly, so an env keys a state by what defines it (a hash of the
-board), never by something that differs between rollouts (a turn's text, a timestamp).
+board, the observation's text), never by something that differs between rollouts in the
+same state (the model's earlier replies, a timestamp).
 Written after ``append_turn`` / ``append_turn_score`` for the same turn; the list starts at
 the first turn with a key, earlier turns padded with None, so once present it has one entry
 per turn.
@@ -238,6 +239,8 @@ def append_turn_state(trace: Trace, state: str | int | None) -> None:
     """Record the anchor state of the turn just recorded (module docstring): a str or int key,
     or None when the env says none. Nothing is written while no turn of the trace has a key."""
     turns = len(trace.info.get(TURN_REWARDS, trace.info.get(TURN_SCORES, [])))
+    if not turns:
+        raise TurnSchemaError(f"trace {trace.id}: no recorded turn to give anchor state {state!r}")
     (key,) = _states(trace, [state], first=turns - 1)
     if key is None and TURN_STATES not in trace.info:
         return
