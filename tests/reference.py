@@ -91,3 +91,29 @@ def turn_credit(
         mean = math.fsum(c) / len(c)
         out.append([a[0] + beta * (x - mean) for x in c])
     return out
+
+
+def gigpo(
+    group: list[list[float]],
+    states: list[list[object]],
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    scale: str = "std",
+    eps: float = 1e-6,
+) -> list[list[float]]:
+    """A_{j,t} = grpo_j + ω A^S_{j,t}: A^S centers R_{j,t} over every turn of the group with the
+    same anchor state (None: no state, A^S = 0)."""
+    episode = grpo(group, scale, eps)
+    if len(group) == 1:
+        return episode
+    R = [returns(trajectory, gamma) for trajectory in group]
+    step_groups: dict[object, list[tuple[int, int]]] = {}
+    for j, row in enumerate(states):
+        for t, state in enumerate(row):
+            if state is not None:
+                step_groups.setdefault(state, []).append((j, t))
+    step = [[0.0] * len(trajectory) for trajectory in group]
+    for cells in step_groups.values():
+        for (j, t), a in zip(cells, center([R[j][t] for j, t in cells], scale, eps)):
+            step[j][t] = a
+    return [[e + omega * a for e, a in zip(es, ss)] for es, ss in zip(episode, step)]

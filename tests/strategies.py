@@ -28,3 +28,14 @@ def groups(elements=reward, max_groups: int = 5):
 def close(a: float, b: float, scale: float) -> bool:
     """Equal up to float64 rounding relative to ``scale`` (the magnitudes that were summed)."""
     return abs(a - b) <= 1e-9 * max(1.0, scale)
+
+
+# Anchor states: a few keys of two kinds so that states recur, None for a turn without one.
+state = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]), st.integers(0, 2))
+
+
+def group_with_states(elements=reward, max_size: int = 8, max_turns: int = 8):
+    """(group, states): per-turn rewards and, of the same shape, per-turn anchor states."""
+    return group(elements, max_size, max_turns).flatmap(
+        lambda g: st.tuples(st.just(g), st.tuples(*(st.lists(state, min_size=len(t), max_size=len(t)) for t in g)))
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise import StepwiseMultiTurnEnvConfig, score_group
+from verifiers_stepwise import GRPO, GiGPO, StepwiseMultiTurnEnvConfig, score_group
 from verifiers_stepwise.envs.harness import strip_think
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, Reply, scripted
@@ -202,3 +202,17 @@ def test_a_turn_result_takes_exactly_one_of_reward_and_score(given):
     with pytest.raises(ValueError, match="exactly one of reward= and score="):
         TurnResult(**given)
     assert TurnResult(0.5, "again").reward == 0.5 and TurnResult(score=0.5).score == 0.5
+
+
+async def test_turn_state_hook_records_each_turns_anchor_state(guess_env, monkeypatch):
+    """The state a turn acts from, said by the env before the turn, lands in turn_states; the
+    hint "Lower." recurs across the two games, so gigpo's step advantage is not 0."""
+    monkeypatch.setattr(guess_env.GuessEnv, "turn_state", lambda self, task, index, trace, message: message or "start")
+    script = {"Game 3": ["5", "2", "3"], "Game 7": ["1", "9", "8", "6"]}
+    game3, game7 = await play(script, {"taskset": {"id": "guess-env"}})
+    three, seven = only_trace(game3), only_trace(game7)
+    assert three.info["turn_states"] == ["start", "Lower.", "Higher."]
+    assert seven.info["turn_states"] == ["start", "Higher.", "Lower.", "Lower."]
+    rewards = [three.info["turn_rewards"], seven.info["turn_rewards"]]
+    states = [three.info["turn_states"], seven.info["turn_states"]]
+    assert score_group(game3 + game7, GiGPO()) == GiGPO()(rewards, states) != GRPO()(rewards)

@@ -34,6 +34,8 @@ _EXPORTS = {
     "StepwiseConfig": "estimators.stepwise",
     "GRPO": "estimators.grpo",
     "GRPOConfig": "estimators.grpo",
+    "GiGPO": "estimators.gigpo",
+    "GiGPOConfig": "estimators.gigpo",
     "TurnCredit": "estimators.turn_credit",
     "TurnCreditConfig": "estimators.turn_credit",
     "available_estimators": "estimators.registry",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
     from verifiers_stepwise.envs.harness import StepwiseChatConfig, StepwiseChatHarness
     from verifiers_stepwise.estimators.base import ConfigError, Estimator, EstimatorConfig, zero_advantage_groups
+    from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
     from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
     from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
     from verifiers_stepwise.estimators.registry import (

@@ -36,8 +36,8 @@ def compare_advantages(
     ref, oth = [], []
     for _ in range(batches):
         batch = rollout(task, policy, draw_prompts(task, config, generator), generator)
-        ref.append(turn_advantages(reference, batch.rewards, config.group_size, batch.lengths).numpy())
-        oth.append(turn_advantages(other, batch.rewards, config.group_size, batch.lengths).numpy())
+        ref.append(turn_advantages(reference, batch.rewards, config.group_size, batch.lengths, batch.states).numpy())
+        oth.append(turn_advantages(other, batch.rewards, config.group_size, batch.lengths, batch.states).numpy())
     a, b = np.concatenate(ref).ravel(), np.concatenate(oth).ravel()
     if np.array_equal(a, b):
         return Agreement(True, 1.0)

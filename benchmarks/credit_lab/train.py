@@ -3,7 +3,7 @@
 One step (GRPO-style groups; Kevin's "each turn is a training sample"):
 
     draw B prompts; roll out G episodes per prompt        N = B·G episodes of T_n ≤ T turns
-    A = estimator.batched(RaggedBatch(rewards, T_n each, G each))        per played turn
+    A = estimator.batched(RaggedBatch(rewards, T_n each, G each, states x_t))   per played turn
     loss = −(1 / (N·T)) Σ_{n, t < T_n} A_{n,t} · log π(a_{n,t} | p_n, x_{n,t})
     one Adam step on the policy table; evaluate the new policy exactly (``exact.evaluate``)
 
@@ -77,12 +77,18 @@ class Run:
 
 
 def turn_advantages(
-    estimator: Estimator, rewards: torch.Tensor, group_size: int, lengths: torch.Tensor | None = None
+    estimator: Estimator,
+    rewards: torch.Tensor,
+    group_size: int,
+    lengths: torch.Tensor | None = None,
+    states: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(N, T) advantages for (N, T) rewards laid out group by group (G consecutive rows each).
 
     Row n is a trajectory of its first ``lengths[n]`` turns (all T when None); the turns after
-    it get advantage 0 (they were not played).
+    it get advantage 0 (they were not played). ``states`` (N, T), the state x_t each turn
+    acted in, are the anchor states (``RaggedBatch.states``; a group shares its prompt, so x_t
+    alone is what the policy sees), read by ``gigpo`` and ignored by the other estimators.
     """
     n, turns = rewards.shape
     played = torch.ones_like(rewards, dtype=torch.bool) if lengths is None else torch.arange(turns) < lengths[:, None]
@@ -90,6 +96,7 @@ def turn_advantages(
         rewards[played].numpy(),
         played.sum(1).numpy(),
         np.full(n // group_size, group_size, dtype=np.int64),
+        None if states is None else states[played].numpy(),
     )
     advantages = torch.zeros_like(rewards)
     advantages[played] = torch.from_numpy(estimator.batched(batch))
@@ -141,7 +148,7 @@ def train(task: Task, estimator: Estimator, config: TrainConfig) -> Run:
     for _ in range(config.steps):
         probs = policy.probs()
         batch = rollout(task, policy, draw_prompts(task, config, generator), generator)
-        advantages = turn_advantages(estimator, batch.rewards, config.group_size, batch.lengths)
+        advantages = turn_advantages(estimator, batch.rewards, config.group_size, batch.lengths, batch.states)
 
         log_prob = policy.log_prob(batch.observations(task.n_states), batch.actions)
         loss = -(advantages * log_prob).mean()

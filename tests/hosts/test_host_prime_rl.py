@@ -196,3 +196,15 @@ def test_required_prime_rl_that_does_not_import_fails_the_run(tmp_path):
     env.pop("STEPWISE_REQUIRE_PRIME_RL")  # without it: a skip that names the variable to set
     run = subprocess.run([*command[:-2], "-rs", command[-1]], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "SKIPPED" in run.stdout and "STEPWISE_PRIME_RL=" in run.stdout
+
+
+def test_gigpo_gets_the_recorded_anchor_states():
+    """score_group hands ``turn_states`` to the estimator, through the float32-resolution wrapper."""
+    rewards, states = [[0.0, 1.0], [0.0, 0.0, 1.0]], [["s0", "s1"], ["s0", "s0", "s1"]]
+    episodes = [multi_turn(r) for r in rewards]
+    for episode, row in zip(episodes, states):
+        episode.traces[0].info["turn_states"] = row
+    score(algorithm("gigpo", scale="none"), episodes)
+    got = [e.traces[0].info["turn_credit"]["advantages"] for e in episodes]
+    assert got == get_estimator("gigpo", scale="none")(rewards, states)
+    assert got[1][0] < 0 < got[0][0]  # grpo would give 0: both rollouts succeed

@@ -12,7 +12,8 @@ and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn
 (``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned;
 an env that scores the state after each turn returns ``TurnResult(score=...)`` instead and its
 turns go to ``trace.info["turn_scores"]`` (read as rewards by differences).
-Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be negative).
+Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be negative, and
+``turn_state`` when turns of different rollouts can act from the same state, for ``gigpo``).
 
 The policy cannot stall or quit for free. A turn holds at most ``max_calls_per_turn`` model
 calls in effect: unless ``agent.max_turns`` is set, the run's model calls are capped at
@@ -46,7 +47,7 @@ from pydantic import Field, model_validator
 
 from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
-from verifiers_stepwise.traces.turns import append_turn, append_turn_score, forfeit_turns
+from verifiers_stepwise.traces.turns import append_turn, append_turn_score, append_turn_state, forfeit_turns
 
 __all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
 
@@ -151,6 +152,17 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
         """Score ``turn`` and say what the user answers (``TurnResult.message``) or that the
         episode ends (``message=None``). Called after every turn, the last one included."""
 
+    def turn_state(
+        self, task: vf.Task, index: int, trace: vf.Trace, message: str | vf.Messages | None
+    ) -> str | int | None:
+        """The anchor state turn ``index`` acts from, as a key compared exactly across the
+        rollouts of a group (``gigpo`` groups turns by it), or None: no state to say. Called
+        before the model's turn with the live ``trace`` and the ``message`` about to be sent
+        (None on the first turn, which answers the task's prompt); recorded with the turn in
+        ``trace.info["turn_states"]``. Key a state by what defines it (the board, the files,
+        the observation's text), never by what differs between rollouts. None here."""
+        return None
+
     def forfeit(self, task: vf.Task, turns: int) -> float:
         """The reward of ``turns`` turns the run did not take because a limit ended it after
         the env asked for more (module docstring); added to the last recorded turn. 0 here:
@@ -162,6 +174,7 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
             message: str | vf.Messages | None = None
             for index in range(self.config.max_turns):
                 first = len(chat.trace.nodes)
+                state = self.turn_state(task, index, chat.trace, message)
                 segment = await chat.turn(message)
                 if segment.terminated:
                     left = self.config.max_turns - index
@@ -175,6 +188,7 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
                     append_turn_score(chat.trace, result.score, nodes)
                 else:
                     append_turn(chat.trace, result.reward, nodes)  # type: ignore[arg-type]  # one is set
+                append_turn_state(chat.trace, state)
                 if result.message is None:
                     return
                 message = result.message

@@ -11,6 +11,7 @@ harness) → ``hosts`` (trainer adapters) → ``analysis`` (the ``vf-stepwise`` 
     stepwise    per-turn returns against a group baseline (Kevin's, with a safe default)
     grpo        trajectory-level GRPO
     turn_credit grpo's trajectory advantage redistributed across its turns, zero-sum
+    gigpo       grpo's episode advantage plus a step advantage among turns sharing an anchor state
     registry    discovery by name through the ``verifiers.advantage_estimators`` entry points
 """
 
@@ -21,6 +22,7 @@ from verifiers_stepwise.estimators.base import (
     zero_advantage_groups,
 )
 from verifiers_stepwise.estimators.baselines import Baseline, Scale
+from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
 from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
 from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
 from verifiers_stepwise.estimators.returns import Aggregation, discounted_returns, ragged_discounted_returns
@@ -35,6 +37,8 @@ __all__ = [
     "Estimator",
     "EstimatorConfig",
     "GRPOConfig",
+    "GiGPO",
+    "GiGPOConfig",
     "RaggedBatch",
     "RewardError",
     "Scale",

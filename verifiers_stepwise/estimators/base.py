@@ -15,7 +15,7 @@ trajectory has nothing to compare against and gets 0 everywhere.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,9 +61,13 @@ class Estimator(ABC):
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         """(n_turns,) float64 advantages for every turn of every group in ``batch``."""
 
-    def __call__(self, group: Sequence[Sequence[float]]) -> list[list[float]]:
-        """Advantages of one group: ``group[j][t]`` is turn t of trajectory j."""
-        batch = RaggedBatch.from_groups([group])
+    def __call__(
+        self, group: Sequence[Sequence[float]], states: Sequence[Sequence[Hashable | None]] | None = None
+    ) -> list[list[float]]:
+        """Advantages of one group: ``group[j][t]`` is turn t of trajectory j; ``states[j][t]``,
+        when given, the anchor state turn t acted from (a hashable key, None for none), which
+        only estimators that group turns by state (``gigpo``) read."""
+        batch = RaggedBatch.from_groups([group], None if states is None else [states])
         return batch.split(self.batched(batch))[0]
 
     def __repr__(self) -> str:

@@ -6,6 +6,8 @@ Layout (all numpy, no Python objects per turn):
                                        group by group, trajectory by trajectory
     lengths      (n_traj,)   int64     turns per trajectory, each >= 1
     group_sizes  (n_groups,) int64     trajectories per group, each >= 1
+    states       (n_turns,)  int64     optional: the anchor state each turn acted from, as an
+                                       id >= 0 compared only within its group; -1 for none
 
 Index arrays derived from the lengths (turn position, group of a turn, ...) are computed once,
 on first use, and are pure functions of the three arrays above.
@@ -13,7 +15,7 @@ on first use, and are pure functions of the three arrays above.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain
@@ -32,6 +34,7 @@ class RaggedBatch:
     rewards: np.ndarray
     lengths: np.ndarray
     group_sizes: np.ndarray
+    states: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         rewards = np.ascontiguousarray(self.rewards, dtype=np.float64)
@@ -58,21 +61,49 @@ class RaggedBatch:
         object.__setattr__(self, "rewards", rewards)
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "group_sizes", group_sizes)
+        if self.states is not None:
+            states = np.ascontiguousarray(self.states, dtype=np.int64)
+            if states.shape != rewards.shape:
+                raise RewardError(f"states must hold one id per turn ({rewards.size}), got shape {states.shape}")
+            if states.size and states.min() < -1:
+                raise RewardError(f"states are ids >= 0, or -1 for none; got {int(states.min())}")
+            object.__setattr__(self, "states", states)
 
     # -- construction and splitting -------------------------------------------------------
 
     @classmethod
-    def from_groups(cls, groups: Sequence[Sequence[Sequence[float]]]) -> RaggedBatch:
-        """Build from nested lists: ``groups[g][j][t]`` is turn t of trajectory j of group g."""
+    def from_groups(
+        cls,
+        groups: Sequence[Sequence[Sequence[float]]],
+        states: Sequence[Sequence[Sequence[Hashable | None]]] | None = None,
+    ) -> RaggedBatch:
+        """Build from nested lists: ``groups[g][j][t]`` is turn t of trajectory j of group g;
+        ``states[g][j][t]``, when given, is that turn's anchor state (any hashable key, None for
+        none), numbered in order of first appearance."""
         group_sizes = list(map(len, groups))
         lengths = list(map(len, chain.from_iterable(groups)))
         try:
             rewards = np.fromiter(chain.from_iterable(chain.from_iterable(groups)), np.float64, sum(lengths))
-            return cls(rewards, np.array(lengths, dtype=np.int64), np.array(group_sizes, dtype=np.int64))
+            return cls(
+                rewards,
+                np.array(lengths, dtype=np.int64),
+                np.array(group_sizes, dtype=np.int64),
+                None if states is None else cls._state_ids(states, lengths),
+            )
         except (TypeError, ValueError):
             # numpy reads some non-numbers (None) as NaN: name a value float() refuses first.
             cls._raise_bad_value(groups)
             raise
+
+    @staticmethod
+    def _state_ids(states: Sequence[Sequence[Sequence[Hashable | None]]], lengths: list[int]) -> np.ndarray:
+        rows = list(chain.from_iterable(states))
+        if list(map(len, rows)) != lengths:
+            raise RewardError(f"states give turns per trajectory {list(map(len, rows))}, rewards {lengths}")
+        ids: dict[Hashable, int] = {}
+        return np.array(
+            [-1 if key is None else ids.setdefault(key, len(ids)) for key in chain.from_iterable(rows)], dtype=np.int64
+        )
 
     @staticmethod
     def _raise_bad_value(groups: Sequence[Sequence[Sequence[float]]]) -> None:

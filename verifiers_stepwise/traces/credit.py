@@ -2,7 +2,8 @@
 
     score_group(episodes, estimator) -> per-turn advantages, one list per trace
 
-reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``), runs the estimator on the
+reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``) and, when recorded,
+each turn's anchor state (``turn_states``, which ``gigpo`` reads), runs the estimator on the
 group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). The
 result is also recorded on each trace as ``trace.info["turn_credit"]`` — the only place it
 shows for eval-client traces, which carry no tokens to write on.
@@ -32,6 +33,7 @@ from verifiers_stepwise.traces.turns import (
     TraceTurns,
     TurnSchemaError,
     place_advantages,
+    read_turn_states,
     read_turns,
     sampled_nodes,
 )
@@ -95,7 +97,12 @@ def score_group(
         group.append((k, trace, credit_turns(trace, missing, turn_rewards)))
     if not group:
         return advantages
-    scored = estimator([turns.rewards for _, _, turns in group])
+    rewards = [turns.rewards for _, _, turns in group]
+    states = [read_turn_states(trace, len(turns.rewards)) for _, trace, turns in group]
+    if any(row is not None for row in states):  # anchor states, for estimators that group by them (gigpo)
+        scored = estimator(rewards, [[None] * len(r) if row is None else row for row, r in zip(states, rewards)])
+    else:
+        scored = estimator(rewards)
     for (k, trace, turns), values in zip(group, scored):
         place_advantages(trace, turns, values)
         trace.info[CREDIT] = {"estimator": label, "rewards": turns.rewards, "advantages": values}

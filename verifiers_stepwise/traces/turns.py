@@ -37,6 +37,20 @@ default reading a ``None`` in ``turn_rewards`` is rejected with a message naming
 never read as 0; a trace holding both keys is rejected as ambiguous. (Cumulative scores without
 any ``None`` cannot be told from rewards by looking: that is what the setting is for.)
 
+Anchor states. An env that can say which environment state each turn acted from (the state
+the model saw before replying: a board, a page, the files) records it as
+
+    turn_states    list[str | int | None]   one key per turn, in order; None: no state said
+
+(``append_turn_state``; absent = no turn has one). Turns of a group with equal keys share an
+anchor state, which is what ``gigpo`` groups its step advantages by; other estimators ignore
+it. Keys are compared exactly, so an env keys a state by what defines it (a hash of the
+board, the observation's text), never by something that differs between rollouts in the
+same state (the model's earlier replies, a timestamp).
+Written after ``append_turn`` / ``append_turn_score`` for the same turn; the list starts at
+the first turn with a key, earlier turns padded with None, so once present it has one entry
+per turn.
+
 Forked traces: a trace's turns are one sequence in ``turn_rewards`` order, and turn t's return
 sums the turns after it in that order. A trace can hold several branches (``trace.branches``,
 one per leaf of its node graph) when its context was rewritten, e.g. by compaction; that is the
@@ -67,14 +81,17 @@ __all__ = [
     "TURN_NODES",
     "TURN_REWARDS",
     "TURN_SCORES",
+    "TURN_STATES",
     "Reading",
     "TraceTurns",
     "TurnSample",
     "TurnSchemaError",
     "append_turn",
     "append_turn_score",
+    "append_turn_state",
     "forfeit_turns",
     "place_advantages",
+    "read_turn_states",
     "read_turns",
     "sampled_nodes",
     "score_differences",
@@ -87,6 +104,7 @@ TURN_SCORES = "turn_scores"
 Reading = Literal["rewards", "scores"]
 """How ``turn_rewards`` is read: as per-turn rewards (this package) or as per-turn scores."""
 TURN_NODES = "turn_nodes"
+TURN_STATES = "turn_states"
 FORFEITED = "forfeited_turns"
 _SAMPLED = attrgetter("sampled")
 _ABSENT = object()
@@ -215,6 +233,36 @@ def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -
     indices = _checked_nodes(trace, nodes)
     trace.info.setdefault(TURN_SCORES, []).append(value)
     trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def append_turn_state(trace: Trace, state: str | int | None) -> None:
+    """Record the anchor state of the turn just recorded (module docstring): a str or int key,
+    or None when the env says none. Nothing is written while no turn of the trace has a key."""
+    turns = len(trace.info.get(TURN_REWARDS, trace.info.get(TURN_SCORES, [])))
+    if not turns:
+        raise TurnSchemaError(f"trace {trace.id}: no recorded turn to give anchor state {state!r}")
+    (key,) = _states(trace, [state], first=turns - 1)
+    if key is None and TURN_STATES not in trace.info:
+        return
+    states = trace.info.setdefault(TURN_STATES, [])
+    if len(states) >= turns:
+        raise TurnSchemaError(f"trace {trace.id}: turn {turns - 1} already has an anchor state")
+    states.extend([None] * (turns - 1 - len(states)))
+    states.append(key)
+
+
+def read_turn_states(trace: Trace, turns: int) -> list[str | int | None] | None:
+    """The anchor state of each of ``turns`` turns of ``trace``, or None when it records none.
+
+    Raises TurnSchemaError when ``turn_states`` does not hold one str, int or None per turn.
+    """
+    raw = (trace.info or {}).get(TURN_STATES)
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != turns:
+        shown = f"{len(raw)} entries" if isinstance(raw, list) else type(raw).__name__
+        raise TurnSchemaError(f"trace {trace.id}: {TURN_STATES} must list one state per turn ({turns}), got {shown}")
+    return _states(trace, raw)
 
 
 def score_differences(scores: Sequence[float | None]) -> list[float]:
@@ -391,6 +439,15 @@ def _scores(trace: Trace, raw: Any, key: str, first: int = 0) -> list[float | No
             raise TurnSchemaError(f"trace {trace.id}: turn {t} score {phi!r} in {key} is not a finite number or None")
         scores.append(None if phi is None else float(phi))
     return scores
+
+
+def _states(trace: Trace, raw: list[Any], first: int = 0) -> list[str | int | None]:
+    for t, key in enumerate(raw, start=first):
+        if key is not None and (isinstance(key, bool) or not isinstance(key, (str, int))):
+            raise TurnSchemaError(
+                f"trace {trace.id}: turn {t} state {key!r} in {TURN_STATES} is not a str, int or None"
+            )
+    return list(raw)
 
 
 def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
