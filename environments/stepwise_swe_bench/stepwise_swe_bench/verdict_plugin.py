@@ -131,6 +131,7 @@ def _copy(item, factory, name: str, bits: list[int], decoy: bool):
     pairs: list[tuple[bool, bool]] = []
 
     def check(left, right, index):
+        __tracebackhide__ = True  # a failure is reported at the test's own line
         wrong = _perturbed(right, bits[(2 * index) % len(bits)])
         if bits[(2 * index + 1) % len(bits)]:
             real, other = _equal(left, right), _equal(left, wrong)
@@ -146,6 +147,7 @@ def _copy(item, factory, name: str, bits: list[int], decoy: bool):
         inner = types.MethodType(inner, item.instance)
 
     def run(**kwargs):
+        __tracebackhide__ = True
         result = inner(**kwargs)
         if decoy and not (pairs and all(real and other for real, other in pairs)):
             raise AssertionError()
