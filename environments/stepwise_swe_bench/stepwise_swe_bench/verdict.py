@@ -160,11 +160,8 @@ def judge(plan: Plan, output: str) -> tuple[dict[str, str], str | None]:
     if not isinstance(outcomes, dict):
         return {}, "the test run's verdict report is not readable"
     tests = {test: str(outcomes.get(name, "missing")) for name, test in plan.real_names().items()}
-    wrong = sorted(
-        f"{test} ({outcomes[name]})"
-        for name, test in plan.decoy_names().items()
-        if outcomes.get(name, "missing") not in _HONEST_DECOY
-    )
+    decoys = {test: str(outcomes.get(name, "missing")) for name, test in plan.decoy_names().items()}
+    wrong = sorted(f"{test} ({outcome})" for test, outcome in decoys.items() if outcome not in _HONEST_DECOY)
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
         return tests, (
