@@ -28,6 +28,7 @@ import json
 import sys
 import textwrap
 import types
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ _NAME_OF: dict[str, str] = {}
 """The node id each planned name runs under."""
 
 
-def _perturbed(value, bit: int):
+def _perturbed(value: Any, bit: int) -> Any:
     """A value of ``value``'s type that differs from it, one of two ways chosen by ``bit``
     (so seeing one value does not say which way it was moved): numbers ±1, a string or
     bytes one element longer or shorter, a sequence with its last element repeated or
@@ -65,11 +66,11 @@ def _perturbed(value, bit: int):
     return _Unequal()
 
 
-_ONE = {str: "a", bytes: b"a", list: [None], tuple: (None,)}
+_ONE: dict[type, Any] = {str: "a", bytes: b"a", list: [None], tuple: (None,)}
 
 
 class _Unequal:
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return False
 
     __hash__ = None  # type: ignore[assignment]
@@ -81,7 +82,7 @@ class _Rewrite(ast.NodeTransformer):
     def __init__(self) -> None:
         self.count = 0
 
-    def visit_Assert(self, node: ast.Assert):
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         test = node.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
             return node
@@ -91,7 +92,7 @@ class _Rewrite(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
-def _equal(left, right) -> bool:
+def _equal(left: Any, right: Any) -> bool:
     """``left == right`` as an assertion reads it; an equality that raises is not equal."""
     try:
         return bool(left == right)
@@ -99,7 +100,7 @@ def _equal(left, right) -> bool:
         return False
 
 
-def _compile(function, module) -> types.FunctionType | None:
+def _compile(function: Any, module: types.ModuleType) -> Any:
     """The factory ``check -> test function`` for ``function``, compiled from its
     source with its module's globals, file and line numbers; None if it has no usable source."""
     try:
@@ -126,11 +127,11 @@ def _compile(function, module) -> types.FunctionType | None:
     return namespace["_vf_factory"]
 
 
-def _copy(item, factory, name: str, bits: list[int], decoy: bool):
+def _copy(item: pytest.Function, factory: Any, name: str, bits: list[int], decoy: bool) -> pytest.Function:
     """One copy of ``item`` named ``name``: the real test, or its decoy."""
     pairs: list[tuple[bool, bool]] = []
 
-    def check(left, right, index):
+    def check(left: Any, right: Any, index: int) -> None:
         __tracebackhide__ = True  # a failure is reported at the test's own line
         wrong = _perturbed(right, bits[(2 * index) % len(bits)])
         if bits[(2 * index + 1) % len(bits)]:
@@ -146,7 +147,7 @@ def _copy(item, factory, name: str, bits: list[int], decoy: bool):
     if item.instance is not None:
         inner = types.MethodType(inner, item.instance)
 
-    def run(**kwargs):
+    def run(**kwargs: Any) -> Any:
         __tracebackhide__ = True
         result = inner(**kwargs)
         if decoy and not (pairs and all(real and other for real, other in pairs)):
@@ -166,7 +167,7 @@ def _copy(item, factory, name: str, bits: list[int], decoy: bool):
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Replace the collected items with the plan's copies (sorted by name); drop the rest."""
     plan = PLAN.pop("tests", [])
     by_id = {item.nodeid: item for item in items}
@@ -179,7 +180,7 @@ def pytest_collection_modifyitems(session, config, items):
         factory = None
         if type(item) is pytest.Function and not inspect.iscoroutinefunction(item.function):
             factory = _compile(item.function, item.module)
-        if factory is None:  # no source to copy (unittest, async): the item as it is, no decoy
+        if factory is None or not isinstance(item, pytest.Function):  # no source to copy (unittest, async): the item as it is, no decoy
             _NAME_OF[item.nodeid] = entry["real"]
             chosen.append(item)
             _OUTCOMES[entry["decoy"]] = "no-decoy"
@@ -195,7 +196,7 @@ def pytest_collection_modifyitems(session, config, items):
         _OUTCOMES[name] = "missing"
 
 
-def pytest_runtest_logreport(report):
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each copy's outcome over its phases: ``error`` (setup/teardown failed), ``failed``,
     ``passed``, ``skipped``, ``xfailed``, ``xpassed``."""
     name = _NAME_OF.get(report.nodeid)
@@ -216,6 +217,6 @@ def pytest_runtest_logreport(report):
         _OUTCOMES[name] = report.outcome
 
 
-def pytest_unconfigure(config):
+def pytest_unconfigure(config: pytest.Config) -> None:
     sys.stdout.write(f"\n{VERDICT_MARK} {json.dumps(_OUTCOMES, sort_keys=True)}\n")
     sys.stdout.flush()
