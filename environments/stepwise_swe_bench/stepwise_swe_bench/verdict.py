@@ -7,15 +7,16 @@ command alone, whose exit status is that call's own. The test command runs pytes
 
 The plan comes from a secret drawn per round on the host (``secrets.token_bytes``), never
 written anywhere: each graded test ``t`` is run twice, as ``test_<HMAC(secret, "real" + t)>``
-and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), and each decoy gets 16
-perturbation bits from the same HMAC. The decoy's equalities compare against a wrong expected
-value (``verdict_plugin``), so an honest run reports it FAILED whether or not the fix is right.
-The plugin prints one structured line of outcomes; stdout is not parsed otherwise.
+and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with 16 bits from the same
+HMAC that both copies use to perturb expected values. A decoy passes only if its equalities
+held against the expected value and a perturbed one alike (``verdict_plugin``), so an honest
+run reports it FAILED whether or not the fix is right. The plugin prints one structured line
+of outcomes; stdout is not parsed otherwise.
 
 A test counts as passing only when its real copy is ``passed`` (XFAIL is not a pass: no gold
-run is made to say where it would be). Any decoy not ``failed`` (passed, xfailed, skipped,
-missing, ...) or any report other than exactly one means the run was tampered with: the round
-scores 0, the reason on ``RoundGrade.tampered``.
+run is made to say where it would be). Any decoy whose outcome is not one an honest run gives
+(``_HONEST_DECOY``), a missing report or more than one means the verdict cannot be trusted: the
+round scores 0, the reason on ``RoundGrade.tampered``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ _HONEST_DECOY = ("failed", "error", "not-collected", "no-decoy")
 BOOTSTRAP = (
     "import json, sys, types; _p = json.loads(sys.stdin.buffer.read()); sys.stdin.close(); "
     "_m = types.ModuleType('stepwise_verdict'); "
-    "exec(compile(_p.pop('plugin'), '<stepwise-verdict>', 'exec'), _m.__dict__); "
+    f"exec(compile(_p.pop('plugin'), '{_PLUGIN_FILE}', 'exec'), _m.__dict__); "
     "_m.PLAN.update(_p); del _p; import pytest; sys.exit(pytest.main(sys.argv[1:], plugins=[_m]))"
 )
 """Run as ``python -c BOOTSTRAP ARGS``: reads the plugin and the plan from stdin before pytest

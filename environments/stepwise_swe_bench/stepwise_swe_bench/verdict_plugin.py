@@ -17,7 +17,8 @@ exactly these calls; only what follows differs, a closure flag: the real copy as
 run reports every decoy FAILED, fixed or not. Everything else about the copies (module, globals,
 fixtures, markers, parameters, file and line numbers) is the same.
 
-At the end one line ``VERDICT_MARK <json>`` reports each planned name's outcome.
+At the end (``pytest_unconfigure``) one line, ``VERDICT_MARK`` and a JSON object, reports each
+planned name's outcome.
 """
 
 from __future__ import annotations
