@@ -4,7 +4,8 @@ No docker engine runs on the test machine, so this lets verifiers' real ``Docker
 package's container sandbox run against it, and lets the test read exactly what would have been
 run. Environment: ``FAKE_DOCKER_DIR`` (log and written files), ``FAKE_DOCKER_HEAD`` (what
 ``git rev-parse HEAD`` prints in the container), ``FAKE_DOCKER_EVAL_LOG`` (a file whose content
-the grading script prints).
+the grading script prints), ``FAKE_DOCKER_VERDICT_LOG`` (what a grading script given stdin, the
+test call of ``verdict``, prints).
 """
 
 import array
@@ -70,6 +71,8 @@ elif command == "exec":
             print(os.environ["FAKE_DOCKER_HEAD"])
         elif " diff --binary " in user_command or " diff --cached --raw " in user_command:
             pass  # the model changed nothing (its diff, and the grading copy's, are empty)
+        elif "stepwise-stdin-" in user_command and "bash /tmp/stepwise-eval-" in user_command:
+            print(Path(os.environ["FAKE_DOCKER_VERDICT_LOG"]).read_text(), end="")
         elif user_command.startswith("bash /tmp/stepwise-eval-"):
             print(Path(os.environ["FAKE_DOCKER_EVAL_LOG"]).read_text(), end="")
         else:

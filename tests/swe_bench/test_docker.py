@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
+from stepwise_swe_bench import grading, verdict
 from stepwise_swe_bench.box import BoxRef, UnsupportedRuntime, open_sandbox, prepare_box
 from stepwise_swe_bench.grading import grade, model_patch
 from stepwise_swe_bench.instances import SweInstance, load_instances
@@ -72,6 +73,7 @@ ROW = {
     "eval_type": "pass_and_fail",
     "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
 }
+KEY = b"k" * 32
 IMAGE = "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
 TEST_LOG = "".join(
     [
@@ -98,6 +100,14 @@ def docker(tmp_path: Path, monkeypatch) -> Path:
     cli.chmod(0o755)
     log = tmp_path / "test.log"
     log.write_text(TEST_LOG)
+    # The test call's output: the grader's report for a plan made with a known key, the real
+    # copies passed and the decoys failed (no pytest runs in the stand-in).
+    plan = verdict.make_plan([*F2P, *P2P], secret=KEY)
+    monkeypatch.setattr(grading, "make_plan", lambda tests: verdict.make_plan(tests, secret=KEY))
+    outcomes = {**dict.fromkeys(plan.real_names(), "passed"), **dict.fromkeys(plan.decoy_names(), "failed")}
+    report = tmp_path / "report.log"
+    report.write_text(f"collected 10 items\n{verdict.VERDICT_MARK} {json.dumps(outcomes)}\n")
+    monkeypatch.setenv("FAKE_DOCKER_VERDICT_LOG", str(report))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_DOCKER_DIR", str(records))
     monkeypatch.setenv("FAKE_DOCKER_HEAD", BASE)
@@ -135,7 +145,7 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
         await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
         command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
         patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
-        verdict = await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 20)
+        result = await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 20)
         # The tool server's view: it borrows the container by id.
         async with open_sandbox(BoxRef.model_validate_json(box.model_dump_json())) as tools:
             borrowed = await tools.run("git status")
@@ -170,21 +180,29 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     assert inner[5:] == ["/testbed", "45", str(1024 * 1024 + 1)]
     assert command.exit_code == 0 and command.output == f"ran: {user_commands[1]}\n"
 
-    # Grading: the instance's eval script (with swebench's exit-code line) is written into the
-    # container and run there; the canned log is graded by swebench.
-    (script,) = [p for p in (docker / "files").iterdir() if p.name.startswith("stepwise-eval-")]
-    assert script.read_text() == instance.test_spec().eval_script
-    assert "SWEBENCH_TEST_EXIT_CODE=$?" in script.read_text()
-    ((grading_exec, grading),) = [
-        (outer, inner)
-        for outer, inner in execs
-        if inner[4] == f"bash /tmp/{script.name}; status=$?; rm -f /tmp/{script.name}; exit $status"
-    ]
-    assert grader in grading_exec and container not in grading_exec
-    assert "ulimit -H -S -c 0 -t 600 " in grading[2]  # a test process may use the whole run's CPU
-    assert grading[5:7] == ["/testbed", "600"]
-    assert verdict.resolved and verdict.status == "RESOLVED_FULL"
-    assert sorted(verdict.fail_to_pass["success"]) == sorted(F2P)
+    # Grading: the instance's eval script, split in two (``verdict``), is written into the
+    # container and run there: its set-up, then the test command with the plan on its stdin,
+    # staged in a file that is removed once opened; the report is judged.
+    split = verdict.split_eval_script(instance.test_spec().eval_script)
+    files = {p.name: p for p in (docker / "files").iterdir()}
+    scripts = {p.read_text(): name for name, p in files.items() if name.startswith("stepwise-eval-")}
+    assert sorted(scripts) == sorted([split.setup, split.command])
+    assert "git apply" in split.setup and "python -c" in split.command
+    (staged,) = [name for name in files if name.startswith("stepwise-stdin-")]
+    assert json.loads(files[staged].read_text())["tests"] == list(verdict.make_plan([*F2P, *P2P], secret=KEY).tests)
+    setup, test = scripts[split.setup], scripts[split.command]
+    grading_calls = {
+        "setup": f"bash /tmp/{setup}; status=$?; rm -f /tmp/{setup}; exit $status",
+        "test": f"{{ rm -f /tmp/{staged}; bash /tmp/{test}; status=$?; rm -f /tmp/{test}; exit $status\n}} "
+        f"< /tmp/{staged}",
+    }
+    for command in grading_calls.values():
+        ((grading_exec, graded),) = [(outer, inner) for outer, inner in execs if inner[4] == command]
+        assert grader in grading_exec and container not in grading_exec
+        assert "ulimit -H -S -c 0 -t 600 " in graded[2]  # a test process may use the whole run's CPU
+        assert graded[5:7] == ["/testbed", "600"]
+    assert result.resolved and result.status == "RESOLVED_FULL" and result.tampered is None
+    assert sorted(result.fail_to_pass["success"]) == sorted(F2P)
 
     # The tool server reached the same container by its id.
     assert borrowed.output == "ran: git status\n"

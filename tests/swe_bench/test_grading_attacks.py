@@ -37,6 +37,7 @@ REJECTED = {
     "hidden_test_edit": "tests/test_slugify.py is a file the hidden tests change",
 }
 NOT_GRADED_AS_FIXED = ["ignored_conftest", "git_hook", "leak_through_exception", "terminal_escapes"]
+TAMPERED = ["decoy_xfail", "decoy_report_patch", "decoy_always_equal"]
 KILLED_BY_A_CAP = {"fix_that_exhausts_memory": "memory_limit"}
 FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix and name not in KILLED_BY_A_CAP]
 
@@ -50,6 +51,11 @@ def check(results: dict[str, dict]) -> None:
     for name in NOT_GRADED_AS_FIXED:
         result = results[name]
         assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
+    for name in TAMPERED:
+        result = results[name]
+        assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
+        assert result["tampered"] and "did not fail" in result["tampered"], (name, result["tampered"])
+        assert "scored 0" in result["feedback"], name
     for name in FIXES:
         result = results[name]
         assert result["resolved"] and result["reward"] == 1.0, (name, result["rejected"], result["test_output"][-500:])
@@ -128,6 +134,8 @@ def test_grading_attacks_fail_in_the_user_namespace_sandbox():
     )
     warm_up = Path(tempfile.mkdtemp())
     env = {"PATH": os.environ["PATH"], "HOME": str(workdir), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    if "PYTHONPATH" in os.environ:  # the code under test, where it is not the installed copy
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         child = subprocess.run(
             [sys.executable, "-c", script, str(warm_up), str(workdir), str(python), *SCENARIOS],

@@ -49,8 +49,9 @@ def test_a_missing_test_runner_stops_the_load_naming_it_and_how_to_install_it(no
 
 
 def test_the_feedback_reports_the_test_runs_own_exit_code(tmp_path, no_pytest):
-    """Graded in a sandbox whose test environment has no pytest: the eval script exits 0 (its last
-    step is a ``git checkout``), the test command 1; the model is told 1."""
+    """Graded in a sandbox whose test environment has no pytest: the test command, run in a
+    sandbox call of its own, exits 1 (the whole eval script exited 0: its last step is a
+    ``git checkout``); the model is told 1."""
     instance = next(i for i in load_instances() if i.instance_id == "stepwise__csvline-7")
     repo = tmp_path / "repo"
     materialize(instance, repo)
@@ -61,8 +62,8 @@ def test_the_feedback_reports_the_test_runs_own_exit_code(tmp_path, no_pytest):
         return await grade(instance, sandbox, patch, timeout_s=60, kept_log_bytes=1 << 20)
 
     result = asyncio.run(round_())
-    assert not result.resolved and "No module named pytest" in result.test_output
-    assert (result.run["exit_code"], result.test_exit_code) == (0, 1)
+    assert not result.resolved and "No module named 'pytest'" in result.test_output
+    assert (result.run["exit_code"], result.test_exit_code) == (1, 1)
     message = feedback(result, round_index=0, rounds_left=1, max_log_chars=500)
     assert "the test command exited with code 1" in message and "exit code 0" not in message
 

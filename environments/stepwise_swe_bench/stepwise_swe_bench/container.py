@@ -63,7 +63,8 @@ class RuntimeSandbox:
         if stdin is not None:
             staged = f"/tmp/stepwise-stdin-{uuid.uuid4().hex}"
             await self.runtime.write(staged, stdin)
-            command = f"{{ {command}\n}} < {staged}; status=$?; rm -f {staged}; exit $status"
+            # Removed once open: what the command reads cannot be read again by what it runs.
+            command = f"{{ rm -f {staged}; {command}\n}} < {staged}"
         kill = self.limits.output_kill_bytes
         start = time.monotonic()
         result = await self.runtime.run(self.argv(command, timeout_s, kill + 1, limits), {})
@@ -97,12 +98,14 @@ class RuntimeSandbox:
             label=command,
         )
 
-    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+    async def evaluate(
+        self, script: str, *, timeout_s: float, kept_bytes: int, stdin: bytes | None = None
+    ) -> CommandResult:
         path = f"/tmp/stepwise-eval-{uuid.uuid4().hex}.sh"
         await self.runtime.write(path, script.encode())
         return await self._run(
             f"bash {shlex.quote(path)}; status=$?; rm -f {shlex.quote(path)}; exit $status",
-            stdin=None,
+            stdin=stdin,
             timeout_s=timeout_s,
             kept_bytes=kept_bytes,
             label="grading script",

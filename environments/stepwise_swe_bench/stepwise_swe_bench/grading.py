@@ -25,6 +25,7 @@ Round reward (``reward``):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 import shlex
 import tempfile
@@ -35,6 +36,7 @@ from .instances import SweInstance
 from .machinery import check_change, needs_content, parse_raw_diff, touched_paths
 from .output import CommandResult, printable
 from .sandbox import Sandbox
+from .verdict import TestRun, judge, make_plan, split_eval_script
 
 __all__ = [
     "MAX_PATCH_BYTES",
@@ -95,8 +97,12 @@ class RoundGrade:
     run: dict[str, Any] = field(default_factory=dict)
     """Record of the grading command (duration, termination, exit code)."""
     test_exit_code: int | None = None
-    """The test command's own exit status, as the eval script records it after the run (the
-    script's exit code is its last step's, a ``git checkout``); None if the run never got there."""
+    """The test command's own exit status: its own sandbox call's (``verdict``), or as the eval
+    script records it after the run (the script's exit code is its last step's, a
+    ``git checkout``); None if the run never got there."""
+    tampered: str | None = None
+    """Why the test run's verdict cannot be trusted (a decoy did not fail, the grader's report
+    is missing or doubled): the round scores 0."""
 
     @property
     def fail_to_pass_share(self) -> float:
@@ -112,6 +118,8 @@ class RoundGrade:
 
 def round_reward(grade: RoundGrade, mode: RewardMode) -> float:
     """The round's reward (see the module docstring)."""
+    if grade.tampered is not None:
+        return 0.0
     if grade.resolved:
         return 1.0
     if mode == "resolved" or not grade.log_parsed or grade.pass_to_pass["failure"]:
@@ -217,10 +225,13 @@ async def grade(
     from swebench.harness.grading import get_eval_report, get_resolution_status
 
     spec = instance.test_spec()
+    split = split_eval_script(spec.eval_script)
     async with sandbox.pristine() as clean:
         rejected = await apply_patch(clean, patch, instance, timeout_s=timeout_s)
         if rejected is not None:
             return RoundGrade("RESOLVED_NO", False, False, rejected=rejected)
+        if split is not None:
+            return await _grade_with_decoys(instance, clean, split, timeout_s=timeout_s, kept_log_bytes=kept_log_bytes)
         result: CommandResult = await clean.evaluate(spec.eval_script, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
     run = result.record(max_chars=1000)
     test_output = _test_section(result.output)
@@ -257,6 +268,52 @@ async def grade(
     )
 
 
+async def _grade_with_decoys(
+    instance: SweInstance, clean: Sandbox, split: TestRun, *, timeout_s: float, kept_log_bytes: int
+) -> RoundGrade:
+    """``verdict``'s grading: the set-up, then the test command in a call of its own with the
+    round's plan, judged from the plugin's report (real copies) and the decoys' outcomes."""
+    from swebench.harness.grading import get_resolution_status
+
+    setup = await clean.evaluate(split.setup, timeout_s=timeout_s, kept_bytes=kept_log_bytes)
+    if setup.termination != "exit":
+        return RoundGrade("RESOLVED_NO", False, False, test_output=setup.output, run=setup.record(max_chars=1000))
+    plan = make_plan([*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS])
+    result = await clean.evaluate(split.command, timeout_s=timeout_s, kept_bytes=kept_log_bytes, stdin=plan.payload())
+    run = result.record(max_chars=1000)
+    test_output = plan.readable(result.output)
+    failures = failure_summary(test_output, hidden_lines(instance.test_patch))
+    code = result.exit_code if result.termination == "exit" else None
+    unparsed = RoundGrade(
+        "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=code
+    )
+    if result.termination != "exit":
+        return unparsed  # killed mid-run: what its log shows is not a verdict
+    outcomes, tampered = judge(plan, result.output)
+    if tampered is not None:
+        return dataclasses.replace(unparsed, log_parsed=bool(outcomes), tampered=tampered)
+
+    def split_by_outcome(tests: list[str]) -> dict[str, list[str]]:
+        return {
+            "success": [t for t in tests if outcomes[t] == "passed"],
+            "failure": [t for t in tests if outcomes[t] != "passed"],
+        }
+
+    status = {
+        "FAIL_TO_PASS": split_by_outcome(instance.FAIL_TO_PASS),
+        "PASS_TO_PASS": split_by_outcome(instance.PASS_TO_PASS),
+    }
+    resolution = get_resolution_status(status)
+    return dataclasses.replace(
+        unparsed,
+        status=resolution,
+        resolved=resolution == "RESOLVED_FULL",
+        log_parsed=True,
+        fail_to_pass=status["FAIL_TO_PASS"],
+        pass_to_pass=status["PASS_TO_PASS"],
+    )
+
+
 def recorded_exit_code(log: str) -> int | None:
     """The exit status the eval script echoes after its test command. The last such line: the
     code under test runs, and can print a line like it, before the script does."""
@@ -270,7 +327,11 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
     """The user message that opens the next round after an unresolved one: the verdict, the
     failing test ids and the end of the failure summary (never the hidden tests)."""
     lines = [f"Round {round_index + 1} was graded: the issue is not resolved yet."]
-    if grade.rejected is not None:
+    if grade.tampered is not None:
+        code = grade.test_exit_code
+        status = "the test command did not finish" if code is None else f"the test command exited with code {code}"
+        lines = [f"Round {round_index + 1} scored 0: {grade.tampered} ({status})."]
+    elif grade.rejected is not None:
         lines = [
             f"Round {round_index + 1} was not graded: {grade.rejected}. Your diff against the base "
             "commit is graded on a fresh checkout; it may change the code, not the tests, conftest.py, "

@@ -119,9 +119,12 @@ class Sandbox(Protocol):
         """Run a bash command in ``workdir``; the limits' defaults unless overridden."""
         ...
 
-    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+    async def evaluate(
+        self, script: str, *, timeout_s: float, kept_bytes: int, stdin: bytes | None = None
+    ) -> CommandResult:
         """Run a trusted grading script (bash) in ``workdir``, under grading limits, keeping
-        up to ``kept_bytes`` of its log."""
+        up to ``kept_bytes`` of its log; ``stdin`` is its input (a pipe, or a staged file
+        removed before the script starts: readable once)."""
         ...
 
     def pristine(self) -> contextlib.AbstractAsyncContextManager[Sandbox]:
@@ -494,11 +497,14 @@ class BwrapSandbox:
         binds = [Bind(self.repo, WORKDIR, writable=True)]
         return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes)
 
-    async def evaluate(self, script: str, *, timeout_s: float, kept_bytes: int) -> CommandResult:
+    async def evaluate(
+        self, script: str, *, timeout_s: float, kept_bytes: int, stdin: bytes | None = None
+    ) -> CommandResult:
         return await self._run(
             "bash /eval.sh",
             [Bind(self.repo, WORKDIR, writable=True)],
             files={"/eval.sh": script.encode()},
+            stdin=stdin,
             timeout_s=timeout_s,
             kept_bytes=kept_bytes,
             label="grading script",

@@ -1,0 +1,172 @@
+"""A verdict the code under test cannot forge without also reporting decoys it cannot pass.
+
+For an instance graded by pytest, the eval script is split in two sandbox calls: its set-up
+(everything before swebench's start marker: checkout, hidden tests applied) and the test
+command alone, whose exit status is that call's own. The test command runs pytest through
+``BOOTSTRAP`` with the grader's plugin (``verdict_plugin``) and the round's plan on stdin.
+
+The plan comes from a secret drawn per round on the host (``secrets.token_bytes``), never
+written anywhere: each graded test ``t`` is run twice, as ``test_<HMAC(secret, "real" + t)>``
+and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with 16 bits from the same
+HMAC that both copies use to perturb expected values. A decoy passes only if its equalities
+held against the expected value and a perturbed one alike (``verdict_plugin``), so an honest
+run reports it FAILED whether or not the fix is right. The plugin prints one structured line
+of outcomes; stdout is not parsed otherwise.
+
+A test counts as passing only when its real copy is ``passed`` (XFAIL is not a pass: no gold
+run is made to say where it would be). Any decoy whose outcome is not one an honest run gives
+(``_HONEST_DECOY``), a missing report or more than one means the verdict cannot be trusted: the
+round scores 0, the reason on ``RoundGrade.tampered``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BOOTSTRAP", "Plan", "TestRun", "judge", "make_plan", "split_eval_script"]
+
+_PLUGIN = Path(__file__).with_name("verdict_plugin.py")
+VERDICT_MARK = "STEPWISE-VERDICT"
+"""Must match ``verdict_plugin.VERDICT_MARK``."""
+_PLUGIN_FILE = "<stepwise-verdict>"
+_SECTION = re.compile(r"^(?:_{3,}|={3,}) ")
+"""pytest's section headers: a failure's (``____ name ____``) or a summary's (``==== ... ====``)."""
+_START, _END = ": '>>>>> Start Test Output'", ": '>>>>> End Test Output'"
+_ENVIRONMENT = ("source ", ". ", "conda activate", "export ", "cd ")
+"""Set-up lines that the test command's own call repeats (its environment, not its effects)."""
+_HONEST_DECOY = ("failed", "error", "not-collected", "no-decoy")
+"""A decoy's outcomes in an honest run: it failed (or its fixtures did), or it was never made
+(its test was not collected, or has no source to copy)."""
+BOOTSTRAP = (
+    "import json, sys, types; _p = json.loads(sys.stdin.buffer.read()); sys.stdin.close(); "
+    "_m = types.ModuleType('stepwise_verdict'); "
+    f"exec(compile(_p.pop('plugin'), '{_PLUGIN_FILE}', 'exec'), _m.__dict__); "
+    "_m.PLAN.update(_p); del _p; import pytest; sys.exit(pytest.main(sys.argv[1:], plugins=[_m]))"
+)
+"""Run as ``python -c BOOTSTRAP ARGS``: reads the plugin and the plan from stdin before pytest
+(and the code under test) is imported, then runs pytest with the plugin."""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """An eval script split for the verdict: ``setup`` (a script), ``command`` (the test call)."""
+
+    setup: str
+    command: str
+
+
+def split_eval_script(script: str) -> TestRun | None:
+    """The script's set-up and its pytest command rewritten to run through ``BOOTSTRAP``; None
+    when the test section is not a single pytest command (then the script runs as it is)."""
+    lines = script.splitlines()
+    if _START not in lines or _END not in lines:
+        return None
+    start, end = lines.index(_START), lines.index(_END)
+    section = [
+        line for line in lines[start + 1 : end] if line.strip() and not line.startswith("SWEBENCH_TEST_EXIT_CODE=")
+    ]
+    if len(section) != 1:
+        return None
+    words = shlex.split(section[0])
+    at = next((i for i, word in enumerate(words) if word == "pytest" or word.endswith("/pytest")), None)
+    if at is None:
+        return None
+    if at >= 2 and words[at - 1] == "-m":
+        prefix, python = words[: at - 2], words[at - 2]
+    else:
+        prefix, python = words[:at], "python"
+    command = shlex.join([*prefix, python, "-c", BOOTSTRAP, *words[at + 1 :]])
+    environment = [line for line in lines[:start] if line.startswith(_ENVIRONMENT)]
+    return TestRun("\n".join(lines[:start]) + "\n", "\n".join(["set -uo pipefail", *environment, command]) + "\n")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Each graded test's two names (``real``, ``decoy``) and the decoy's perturbation bits."""
+
+    tests: tuple[dict, ...]
+
+    def payload(self) -> bytes:
+        """What the test command reads on stdin: the plugin's source and the plan."""
+        return json.dumps({"plugin": _PLUGIN.read_text(encoding="utf-8"), "tests": list(self.tests)}).encode()
+
+    def real_names(self) -> dict[str, str]:
+        return {entry["real"]: entry["id"] for entry in self.tests}
+
+    def decoy_names(self) -> dict[str, str]:
+        return {entry["decoy"]: entry["id"] for entry in self.tests}
+
+    def readable(self, output: str) -> str:
+        """The test output as the model may see it: real copies under their tests' names,
+        decoys' sections and lines, the plugin's frames and its report left out."""
+        real = {name: test.rsplit("::", 1)[-1] for name, test in self.real_names().items()}
+        decoys = tuple(self.decoy_names())
+        kept, in_decoy = [], False
+        for line in output.splitlines():
+            if _SECTION.match(line):
+                in_decoy = any(name in line for name in decoys)
+            if (
+                in_decoy
+                or any(name in line for name in decoys)
+                or _PLUGIN_FILE in line
+                or line.startswith(VERDICT_MARK)
+            ):
+                continue
+            for name, test in real.items():
+                line = line.replace(name, test)
+            kept.append(line)
+        return "\n".join(kept)
+
+
+def make_plan(test_ids: list[str], secret: bytes | None = None) -> Plan:
+    """The round's plan from a fresh secret (``secret`` only for tests)."""
+    key = secret if secret is not None else secrets.token_bytes(32)
+
+    def mac(kind: str, test: str) -> str:
+        return hmac.new(key, f"{kind}\0{test}".encode(), hashlib.sha256).hexdigest()
+
+    tests = []
+    for test in dict.fromkeys(test_ids):
+        bits = [int(c, 16) & 1 for c in mac("bits", test)[:16]]
+        tests.append(
+            {
+                "id": test,
+                "real": f"test_{mac('real', test)[:16]}",
+                "decoy": f"test_{mac('decoy', test)[:16]}",
+                "bits": bits,
+            }
+        )
+    return Plan(tuple(tests))
+
+
+def judge(plan: Plan, output: str) -> tuple[dict[str, str], str | None]:
+    """Each graded test's outcome (its real copy's; ``missing`` if not reported) and why the run
+    is not to be trusted, or None."""
+    reports = [line for line in output.splitlines() if line.startswith(f"{VERDICT_MARK} ")]
+    if not reports:
+        return {}, "the test run ended without the grader's report of its tests"
+    if len(reports) > 1:
+        return {}, f"the test run printed {len(reports)} reports of its tests where the grader prints one"
+    try:
+        outcomes = json.loads(reports[0][len(VERDICT_MARK) + 1 :])
+    except json.JSONDecodeError:
+        return {}, "the test run's verdict report is not readable"
+    if not isinstance(outcomes, dict):
+        return {}, "the test run's verdict report is not readable"
+    tests = {test: str(outcomes.get(name, "missing")) for name, test in plan.real_names().items()}
+    decoys = {test: str(outcomes.get(name, "missing")) for name, test in plan.decoy_names().items()}
+    wrong = sorted(f"{test} ({outcome})" for test, outcome in decoys.items() if outcome not in _HONEST_DECOY)
+    if wrong:
+        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        return tests, (
+            "decoy tests whose expectations are wrong on purpose did not fail, so the test run was "
+            f"tampered with: decoys of {', '.join(wrong[:3])}{more}"
+        )
+    return tests, None
