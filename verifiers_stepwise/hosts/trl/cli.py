@@ -97,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
     return trainer
 
 
+SMOOTHING = 5
+"""Steps in the reward plot's trailing mean."""
+
+
 def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
     """Episode reward and per-turn reward (mean per step) against the training step."""
     with requires("the TRL host's reward plot", "matplotlib", extra="trl"):
@@ -110,7 +114,13 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
     for key, label in (("reward", "episode reward"), ("turn_rewards/mean", "turn reward (mean)")):
         points = [(entry["step"], entry[key]) for entry in steps if key in entry]
         if points:
-            axis.plot(*zip(*points), marker="o", label=label)
+            (line,) = axis.plot(*zip(*points), marker="o", markersize=3, alpha=0.45, label=label)
+            # A step's few episodes make a noisy point; the trailing mean shows the trend.
+            x, y = zip(*points)
+            trailing = [sum(y[max(0, k - SMOOTHING + 1) : k + 1]) / len(y[max(0, k - SMOOTHING + 1) : k + 1])
+                        for k in range(len(y))]  # fmt: skip
+            axis.plot(x, trailing, color=line.get_color(), label=f"{label}, mean of last {SMOOTHING} steps")
+    axis.xaxis.get_major_locator().set_params(integer=True)
     axis.set_xlabel("step")
     axis.set_ylabel("reward")
     axis.set_title(title)
