@@ -61,10 +61,30 @@ def test_ci_runs_the_readme_install_and_test_commands():
 
 def test_ci_lints_type_checks_and_removes_its_venv():
     ci = (ROOT / ".ci" / "run").read_text()
-    steps = ["ruff check .", "ruff format --check .", "mypy", "python -m pytest"]
+    steps = ["ruff check .", "ruff format --check .", "mypy", "lint-imports", "python -m pytest"]
     assert all(f"\n{step}\n" in ci or f" {step}\n" in ci for step in steps)
     assert [ci.index(step) for step in steps] == sorted(ci.index(step) for step in steps)
     assert "trap 'rm -rf " in ci
+
+
+def test_the_layer_contract_breaks_on_an_upward_import(tmp_path):
+    """``lint-imports`` (CI) keeps this tree's layers and fails a copy where the math imports a host."""
+    import shutil
+
+    shutil.copytree(ROOT / "verifiers_stepwise", tmp_path / "verifiers_stepwise")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+
+    def lint(cwd: Path) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        lint_imports = Path(sys.executable).with_name("lint-imports")
+        return subprocess.run([lint_imports, "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True)
+
+    assert lint(tmp_path).returncode == 0
+    base = tmp_path / "verifiers_stepwise" / "estimators" / "base.py"
+    base.write_text(base.read_text() + "\nimport verifiers_stepwise.hosts.prime_rl  # noqa\n")
+    broken = lint(tmp_path)
+    assert broken.returncode != 0 and "BROKEN" in broken.stdout
+    assert "verifiers_stepwise.estimators.base -> verifiers_stepwise.hosts.prime_rl" in broken.stdout
 
 
 def test_changelog_has_an_unreleased_section():
