@@ -245,6 +245,25 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
         assert "engine died" in sample.excluded or "errored" in sample.excluded
 
 
+def test_gigpo_gets_the_envs_anchor_states_through_the_host(tokenizer, tokenizer_dir, monkeypatch):
+    """An env that names its states (here: the turn index, shared by every rollout) reaches
+    ``gigpo`` through the host's scoring: wrong-then-right and right-at-once have equal episode
+    returns (grpo: 0 everywhere) but different returns from the shared first state."""
+    from stepwise_sums.sums import SumsEnv
+
+    monkeypatch.setattr(SumsEnv, "turn_state", lambda self, task, index, trace, message: index)
+    answer = list(vf.load_environment(vf.resolve_env_config(SUMS)).taskset)[0].data.answer
+    generate = Scripted(tokenizer, [f" {answer + 1}", f" {answer}", f" {answer}"], end="\n")
+    (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=2, format="text")
+    gigpo = score_groups([group], get_estimator("gigpo"), tokenizer.pad_token_id)
+    assert sorted(s.turn_rewards for s in gigpo) == [[0.0, 1.0], [1.0]]
+    assert {
+        a for s in score_groups([group], get_estimator("grpo"), tokenizer.pad_token_id) for a in s.turn_advantages
+    } == {0.0}
+    first = {len(s.turn_rewards): s.turn_advantages[0] for s in gigpo}
+    assert first[1] > 0 > first[2]  # from the shared start, answering at once scores higher
+
+
 # -- training with TRL's real loop -------------------------------------------------------------
 
 
