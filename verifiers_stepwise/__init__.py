@@ -9,8 +9,9 @@ Layers, each importing only those before it:
     analysis     the ``vf-stepwise`` command
     testing      a scripted model server and trace builders for tests
 
-Public names are imported on first use, so ``import verifiers_stepwise`` loads neither numpy,
-verifiers nor any trainer.
+``errors`` gives every error its boundary (docs/contributing.md); it imports nothing and every
+layer may import it. Public names are imported on first use, so ``import verifiers_stepwise``
+loads neither numpy, verifiers nor any trainer.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ _EXPORTS = {
     "discounted_returns": "estimators.returns",
     "ragged_discounted_returns": "estimators.returns",
     "RaggedBatch": "estimators.ragged",
-    "RewardError": "estimators.ragged",
+    "RewardError": "errors",
     "Estimator": "estimators.base",
     "EstimatorConfig": "estimators.base",
-    "ConfigError": "estimators.base",
+    "ConfigError": "errors",
+    "StepwiseError": "errors",
+    "TraceError": "errors",
+    "HostMismatch": "errors",
+    "DependencyMissing": "errors",
     "zero_advantage_groups": "estimators.base",
     "Stepwise": "estimators.stepwise",
     "StepwiseConfig": "estimators.stepwise",
@@ -80,10 +85,18 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
     from verifiers_stepwise.envs.harness import StepwiseChatConfig, StepwiseChatHarness
-    from verifiers_stepwise.estimators.base import ConfigError, Estimator, EstimatorConfig, zero_advantage_groups
+    from verifiers_stepwise.errors import (
+        ConfigError,
+        DependencyMissing,
+        HostMismatch,
+        RewardError,
+        StepwiseError,
+        TraceError,
+    )
+    from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig, zero_advantage_groups
     from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
     from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
-    from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+    from verifiers_stepwise.estimators.ragged import RaggedBatch
     from verifiers_stepwise.estimators.registry import (
         EntryPointConflict,
         UnknownEstimator,

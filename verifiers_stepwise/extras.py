@@ -14,16 +14,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 
+from verifiers_stepwise.errors import DependencyMissing, HostMismatch
+
 __all__ = ["DIST", "MissingExtra", "TrainerDependencyMissing", "install_command", "requires"]
 
 DIST = "verifiers-stepwise"
 
 
-class MissingExtra(ImportError):
+class MissingExtra(DependencyMissing):
     """An optional dependency of a feature is not installed; the message says how to install it."""
 
 
-class TrainerDependencyMissing(RuntimeError):
+class TrainerDependencyMissing(HostMismatch):
     """A trainer's own imports need a package that is not installed; ``name`` is that package.
 
     Not an ImportError on purpose: torchtitan's ConfigManager reports any ImportError raised by

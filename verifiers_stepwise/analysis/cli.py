@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verifiers_stepwise.errors import ConfigError
+
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
@@ -32,7 +34,7 @@ __all__ = ["main"]
 EXIT_BAD_INPUT = 2
 
 
-class CommandError(Exception):
+class CommandError(ConfigError):
     """A user error: printed as ``error: ...`` with exit status 2."""
 
 

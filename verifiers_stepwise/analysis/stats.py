@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
 from verifiers_stepwise.estimators.returns import ragged_discounted_returns
@@ -118,7 +119,7 @@ def with_gamma(estimator: Estimator, gamma: float) -> Estimator:
     """The same estimator and config with ``gamma`` replaced (validated by the config)."""
     fields: dict[str, Any] = estimator.config.model_dump()
     if "gamma" not in fields:
-        raise ValueError(f"{type(estimator).__name__} has no gamma to sweep")
+        raise ConfigError(f"{type(estimator).__name__} has no gamma to sweep")
     fields["gamma"] = gamma
     return type(estimator)(**fields)
 

@@ -27,6 +27,8 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import BaseModel
 
+from verifiers_stepwise.errors import HostMismatch
+
 __all__ = [
     "MCP_TOOLS",
     "VERIFIERS_VERSION",
@@ -68,7 +70,7 @@ except ImportError:  # verifiers < 0.4
 def require_mcp_tools(servers: Mapping[str, str]) -> None:
     """Raise, naming the servers and the installed verifiers, when it cannot run MCP tools."""
     if servers and not MCP_TOOLS:
-        raise RuntimeError(
+        raise HostMismatch(
             f"the stepwise-chat harness runs MCP tool servers with verifiers >= 0.4 only "
             f"(installed: {VERIFIERS_VERSION}); this task has tool servers {sorted(servers)}"
         )

@@ -21,14 +21,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.estimators.baselines import Scale
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 
 __all__ = ["ConfigError", "Estimator", "EstimatorConfig", "describe_validation_error", "zero_advantage_groups"]
-
-
-class ConfigError(ValueError):
-    """An estimator configuration that failed validation; names the estimator and field."""
 
 
 class EstimatorConfig(BaseModel):

@@ -22,11 +22,9 @@ from itertools import accumulate, chain
 
 import numpy as np
 
+from verifiers_stepwise.errors import RewardError
+
 __all__ = ["RaggedBatch", "RewardError"]
-
-
-class RewardError(ValueError):
-    """A reward batch that cannot be scored: names the value and where it is."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
+from verifiers_stepwise.errors import ConfigError
+
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators.base import Estimator
 
@@ -41,12 +43,12 @@ ESTIMATOR_GROUP = "verifiers.advantage_estimators"
 ENVIRONMENT_GROUP = "verifiers.environments"
 
 
-class UnknownEstimator(LookupError):
+class UnknownEstimator(ConfigError, LookupError):
     """No installed distribution provides an estimator of that name."""
 
 
-class EntryPointConflict(RuntimeError):
-    """Two installed distributions register the same name in one group."""
+class EntryPointConflict(ConfigError, RuntimeError):
+    """Two installed distributions register the same name in one group (an install to fix)."""
 
 
 @dataclass(frozen=True)

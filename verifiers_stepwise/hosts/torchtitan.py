@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any
 
+from verifiers_stepwise.errors import HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from, score_turns
@@ -258,7 +259,7 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
             ]
             trained = [i for i, masked_in in enumerate(sample.loss_mask) if masked_in]
             if len(trained) != len(values):
-                raise RuntimeError(
+                raise HostMismatch(
                     f"rollout {rollout.group_id}/rollout={rollout.rollout_id}: the sample from turn "
                     f"{first} trains {len(trained)} tokens but turns {first}..{stop - 1} completed "
                     f"{len(values)}; torchtitan's packing changed, update this adapter"

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
@@ -74,7 +75,7 @@ class StepwiseDapoMathEnv(DapoMathEnv):
 
         def __post_init__(self) -> None:
             if self.max_attempts < 1:
-                raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+                raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
 
     def __init__(self, config: Config, *, env_input: DapoMathSample) -> None:
         super().__init__(config, env_input=env_input)

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
 from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage, requires_torchtitan
@@ -92,7 +93,7 @@ def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ValueError(f"env_args {dotted!r}: {part!r} is a value, not a section")
+                raise ConfigError(f"env_args {dotted!r}: {part!r} is a value, not a section")
         node[name] = value
     return block
 
@@ -195,7 +196,7 @@ class VerifiersRollouter(Rollouter):
             import verifiers.v1 as vf
 
             if self.env_workers < 1:
-                raise ValueError(f"env_workers must be >= 1, got {self.env_workers}")
+                raise ConfigError(f"env_workers must be >= 1, got {self.env_workers}")
             vf.resolve_env_config(env_config(self.taskset, self.env_args))  # a bad env fails here
 
     def __init__(self, config: Config) -> None:

@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.traces.turns import (
@@ -77,7 +78,7 @@ def score_group(
       scored trace, ``[]`` for an untrainable or excluded one.
     """
     if missing not in ("final_turn", "error"):
-        raise ValueError(f"missing must be 'final_turn' or 'error', got {missing!r}")
+        raise ConfigError(f"missing must be 'final_turn' or 'error', got {missing!r}")
     if isinstance(estimator, str):
         label, estimator = estimator, get_estimator(estimator)
     elif isinstance(estimator, Estimator):

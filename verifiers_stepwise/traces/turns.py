@@ -74,6 +74,8 @@ from itertools import compress, count
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from verifiers_stepwise.errors import ConfigError, TraceError
+
 if TYPE_CHECKING:
     from verifiers.v1 import Trace
 
@@ -110,7 +112,7 @@ _SAMPLED = attrgetter("sampled")
 _ABSENT = object()
 
 
-class TurnSchemaError(ValueError):
+class TurnSchemaError(TraceError):
     """Per-turn data that disagrees with its trace; names the trace and what disagreed."""
 
 
@@ -150,7 +152,7 @@ def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | 
     elif turn_rewards == "scores":
         raw_rewards = score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
     elif turn_rewards != "rewards":
-        raise ValueError(f"turn_rewards must be 'rewards' or 'scores', got {turn_rewards!r}")
+        raise ConfigError(f"turn_rewards must be 'rewards' or 'scores', got {turn_rewards!r}")
     if type(raw_rewards) is list and not raw_rewards:
         return None  # no turn was scored
     # Trainers read every trace every step, so the usual case is checked first with a few

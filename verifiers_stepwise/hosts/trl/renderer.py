@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.extras import requires
 
 with requires("verifiers_stepwise.hosts.trl", "renderers", extra="trl"):
@@ -55,7 +56,7 @@ def renderer_config(format: str = "text") -> Any:
     from renderers.configs import CustomRendererConfig
 
     if format not in FORMATS:
-        raise ValueError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
+        raise ConfigError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
     return CustomRendererConfig(import_path=f"{__name__}.{FORMATS[format]}")
 
 
