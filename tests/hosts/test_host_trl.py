@@ -442,6 +442,17 @@ def test_the_command_trains_checkpoints_and_plots(model_dir, tmp_path):
     assert [entry["turns/mean"] for entry in history if "turns/mean" in entry] == [2.0, 2.0]
 
 
+def test_env_args_set_a_taskset_field_and_keep_the_env_id():
+    """Regression: the documented ``--env-args '{"taskset": {"shots": 2}}'`` replaced the whole
+    taskset table, dropping its id, and the command failed at load."""
+    from verifiers_stepwise.hosts.trl.cli import _merged
+
+    env = _merged({"taskset": {"id": "stepwise-sums"}}, {"taskset": {"shots": 2}, "max_turns": 2})
+    assert env == {"taskset": {"id": "stepwise-sums", "shots": 2}, "max_turns": 2}
+    loaded = vf.load_environment(vf.resolve_env_config(env))
+    assert loaded.taskset.config.shots == 2 and loaded.config.max_turns == 2
+
+
 def test_the_command_names_a_bad_json_flag():
     from verifiers_stepwise.hosts.trl.cli import main
 

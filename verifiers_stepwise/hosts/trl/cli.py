@@ -10,7 +10,8 @@ scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env
 ``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
 estimator's config as JSON. With no ``--model`` the default real LM is loaded
 (``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
-one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1.
+one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1,
+``--lora_dropout`` to 0 and ``--gradient_checkpointing`` to false (see ``main``).
 TRL shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at
 the end the model is saved there and the reward curve is drawn to
 ``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
@@ -65,11 +66,16 @@ def main(argv: Sequence[str] | None = None) -> Any:
         # use_cpu; explicit flags still win.
         parser.set_defaults(use_cpu=True, bf16=False)
     parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
+    # LoRA without dropout: the sampler generates with the adapters merged (no dropout), so with
+    # TRL's 0.05 the trained logprobs would not be those of the policy that sampled (TRL: 0.05).
+    # No gradient checkpointing: a 270M LoRA run fits without it, and it recomputes every
+    # forward (TRL: on).
+    parser.set_defaults(lora_dropout=0.0, gradient_checkpointing=False)
     # A checkpoint holds the weights (a LoRA run's: the adapter) but not the optimizer state,
     # which is twice a full model's size (3.1 GB for Gemma); --save_only_model false keeps it.
     parser.set_defaults(save_only_model=True)
     host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
-    env = {"taskset": {"id": host.env_id}, **_json(host.env_args, "--env-args")}
+    env = _merged({"taskset": {"id": host.env_id}}, _json(host.env_args, "--env-args"))
     options = _json(host.options, "--options")
     model, tokenizer = load_model(host.model, model_args.dtype)  # --dtype, as TRL spells it
     trainer = StepwiseGRPOTrainer(
@@ -130,6 +136,15 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def _merged(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra`` laid over it, table by table: ``--env-args '{"taskset": {"shots":
+    2}}'`` sets one field of the taskset and keeps its ``id``."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _json(text: str, flag: str) -> dict:

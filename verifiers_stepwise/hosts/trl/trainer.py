@@ -33,6 +33,7 @@ from typing import Any
 
 import verifiers.v1 as vf
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.extras import requires
 
 with requires("verifiers_stepwise.hosts.trl", "torch", "datasets", "trl", extra="trl"):
@@ -321,7 +322,7 @@ def _run(coroutine: Any) -> Any:
 def _consecutive_groups(indices: Sequence[int], size: int) -> list[tuple[int, int]]:
     """``[start, end)`` of each run of ``size`` equal task indices (TRL's RepeatSampler order)."""
     if size < 1 or len(indices) % size:
-        raise ValueError(f"{len(indices)} rows do not split into groups of {size} (num_generations)")
+        raise ConfigError(f"{len(indices)} rows do not split into groups of {size} (num_generations)")
     groups = []
     for start in range(0, len(indices), size):
         run = set(indices[start : start + size])
