@@ -467,7 +467,8 @@ def test_missing_file_unknown_estimator_and_bad_config_are_clear_errors(tmp_path
     with pytest.raises(SystemExit) as exit:
         main(["advantages", str(traces), "--estimator", "kevin"])
     assert exit.value.code == 2
-    assert "no advantage estimator named 'kevin'; installed: grpo, stepwise" in capsys.readouterr().err
+    installed = "installed: gigpo, grpo, stepwise, turn_credit"
+    assert f"no advantage estimator named 'kevin'; {installed}" in capsys.readouterr().err
     code, _, err = run(capsys, "advantages", traces, "--gamma", "1.5")
     assert code == 2 and "field 'gamma'" in err
     code, _, err = run(capsys, "advantages", traces, "--compare", ":gama=0.5")

@@ -24,6 +24,7 @@ BOUNDARY = {
     "verifiers_stepwise.analysis.cli.CommandError": errors.ConfigError,
     "verifiers_stepwise.traces.turns.TurnSchemaError": errors.TraceError,
     "verifiers_stepwise.traces.credit.MissingTurnRewards": errors.TraceError,
+    "verifiers_stepwise.analysis.tracefile.BadInput": errors.TraceError,
     "verifiers_stepwise.extras.TrainerDependencyMissing": errors.HostMismatch,
     "verifiers_stepwise.extras.MissingExtra": errors.DependencyMissing,
 }

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.traces.turns import TurnSchemaError
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Problem:
         return f"{self.where}: {self.message}"
 
 
-class BadInput(ValueError):
+class BadInput(TraceError):
     """An input line or trace that cannot be scored; names the file and line."""
 
     def __init__(self, problem: Problem) -> None:

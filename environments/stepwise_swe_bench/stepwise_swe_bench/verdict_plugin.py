@@ -181,7 +181,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         factory = None
         if type(item) is pytest.Function and not inspect.iscoroutinefunction(item.function):
             factory = _compile(item.function, item.module)
-        if factory is None or not isinstance(item, pytest.Function):  # no source to copy (unittest, async): the item as it is, no decoy
+        # No source to copy (unittest, async): the item as it is, no decoy.
+        if factory is None or not isinstance(item, pytest.Function):
             _NAME_OF[item.nodeid] = entry["real"]
             chosen.append(item)
             _OUTCOMES[entry["decoy"]] = "no-decoy"

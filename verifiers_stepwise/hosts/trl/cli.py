@@ -114,6 +114,7 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
     steps = [entry for entry in log_history if "reward" in entry]
     figure, axis = plt.subplots(figsize=(6, 3.5))
@@ -126,7 +127,7 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
             trailing = [sum(y[max(0, k - SMOOTHING + 1) : k + 1]) / len(y[max(0, k - SMOOTHING + 1) : k + 1])
                         for k in range(len(y))]  # fmt: skip
             axis.plot(x, trailing, color=line.get_color(), label=f"{label}, mean of last {SMOOTHING} steps")
-    axis.xaxis.get_major_locator().set_params(integer=True)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("step")
     axis.set_ylabel("reward")
     axis.set_title(title)
