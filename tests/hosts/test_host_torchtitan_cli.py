@@ -49,6 +49,18 @@ def test_max_attempts_sets_the_turn_cap_of_the_native_recipe():
     assert parse("--config", "native_rollouter", "--advantage.options.gamma", "0.8").advantage.options["gamma"] == 0.8
 
 
+def test_a_turn_cap_apart_from_the_attempts_is_refused_not_reset(capsys):
+    """Regression (#25): --token_env.max_num_turns 3 was silently reset to max_attempts (4).
+    tyro reports the config's ConfigError as a parse error (exit 2) with its message."""
+    with pytest.raises(SystemExit) as exit:
+        parse("--config", "native_rollouter", "--token_env.max_num_turns", "3")
+    assert exit.value.code == 2
+    printed = " ".join(capsys.readouterr().err.replace("│", " ").split())
+    assert "set --rollouter.message_env.max_attempts 3 instead" in printed
+    config = parse("--config", "native_rollouter", "--token_env.max_num_turns", "3", "--message_env.max_attempts", "3")
+    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (3, 3)
+
+
 def controller(advantage, builder):
     """The two fields of a ``Controller.Config`` that ``check_credit`` reads."""
     return SimpleNamespace(

@@ -58,12 +58,16 @@ __all__ = [
 ]
 
 
+DEFAULT_ATTEMPTS = 4
+"""Attempts (and so turns) of a stepwise DAPO-Math episode unless configured."""
+
+
 class StepwiseDapoMathEnv(DapoMathEnv):
     """DAPO-Math with retries: every attempt is scored and its score is that turn's reward."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(DapoMathEnv.Config):
-        max_attempts: int = 4
+        max_attempts: int = DEFAULT_ATTEMPTS
         """Attempts per problem; the episode also ends at the first correct answer."""
         retry_message: str = (
             "That answer is not correct. Check your work and try again. The last line of your "
@@ -101,14 +105,22 @@ class StepwiseDapoMathRollouter(DapoMathRollouter):
     class Config(DapoMathRollouter.Config):
         message_env: StepwiseDapoMathEnv.Config = field(default_factory=StepwiseDapoMathEnv.Config)
         token_env: TokenEnv.Config = field(
-            default_factory=lambda: TokenEnv.Config(max_rollout_tokens=10240, max_num_turns=4)
+            default_factory=lambda: TokenEnv.Config(max_rollout_tokens=10240, max_num_turns=DEFAULT_ATTEMPTS)
         )
         # Dr.GRPO centring, as torchtitan's DAPO-Math recipe uses (should_std_normalize=False).
         advantage: StepwiseAdvantage.Config = field(default_factory=lambda: stepwise_advantage(scale="none"))
 
         def __post_init__(self) -> None:
-            # The turn cap follows the attempts (``--rollouter.message_env.max_attempts 6``).
-            self.token_env = replace(self.token_env, max_num_turns=self.message_env.max_attempts)
+            # The turn cap follows the attempts (``--rollouter.message_env.max_attempts 6``). A cap
+            # set to something else was reset without a word; it is refused, naming the flag that
+            # sets it. (A cap of exactly the default cannot be told from no cap and still follows.)
+            turns, attempts = self.token_env.max_num_turns, self.message_env.max_attempts
+            if turns not in (DEFAULT_ATTEMPTS, attempts):
+                raise ConfigError(
+                    f"token_env.max_num_turns {turns} differs from message_env.max_attempts {attempts}: "
+                    f"the turn cap follows the attempts; set --rollouter.message_env.max_attempts {turns} instead"
+                )
+            self.token_env = replace(self.token_env, max_num_turns=attempts)
 
 
 def with_stepwise_attempts(
@@ -128,7 +140,7 @@ def with_stepwise_attempts(
             validation_dataset=rollouter.validation_dataset,
             rubric=rollouter.rubric,
             message_env=StepwiseDapoMathEnv.Config(max_attempts=max_attempts),
-            token_env=rollouter.token_env,  # its max_num_turns follows max_attempts
+            token_env=replace(rollouter.token_env, max_num_turns=max_attempts),  # the turn cap is the attempts
         ),
         async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
         generator=replace(generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)),
