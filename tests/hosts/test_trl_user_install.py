@@ -24,20 +24,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CPU_INDEX_LINE = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
-def install_block(doc: Path) -> list[str]:
-    """The first bash block after '## Install and train', as commands (continuations joined)."""
-    text = doc.read_text().split("## Install and train", 1)[1]
+def bash_block(doc: Path, heading: str) -> list[str]:
+    """The first bash block after ``heading`` in ``doc``, as commands (continuations joined,
+    comments dropped)."""
+    text = doc.read_text().split(heading, 1)[1]
     block = re.search(r"```bash\n(.*?)```", text, re.S)
-    assert block, f"{doc}: no bash block under '## Install and train'"
+    assert block, f"{doc}: no bash block under {heading!r}"
     return [line.split("  #")[0].strip() for line in block.group(1).replace("\\\n", " ").splitlines() if line.strip()]
 
 
+def install_block(doc: Path) -> list[str]:
+    return bash_block(doc, "## Install and train")
+
+
 def test_the_readme_shows_the_same_install_and_train_commands():
-    readme = (ROOT / "README.md").read_text().split("## Train a real model", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", readme, re.S)
-    assert block is not None
-    commands = [line.split("  #")[0].strip() for line in block.group(1).replace("\\\n", " ").splitlines()]
-    assert [c for c in commands if c] == install_block(ROOT / "docs" / "trl.md")
+    assert bash_block(ROOT / "README.md", "## Train a real model") == install_block(ROOT / "docs" / "trl.md")
 
 
 @pytest.mark.slow
