@@ -2,17 +2,19 @@
 
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning           # 4 methods × 3 seeds × 30 steps
     python benchmarks/trl_learning.py --out /tmp/trl_small --steps 2 --seeds 0 --methods grpo
+    python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_long --b-range 10 59 --max-turns 5
 
 Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
 linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
-a two-digit a and one-digit b, a too-high/too-low hint after a wrong answer, up to
-``--max-turns`` tries), in the ``text`` format. Methods (registered estimators, same start —
+a in ``--a-range`` and b in ``--b-range``, by default a two-digit a and one-digit b, a
+too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries), in the ``text`` format. Methods (registered estimators, same start —
 the adapter starts as a no-op, so every run starts from the base model — same seeds, same
 episodes per step): ``grpo`` (trajectory level), ``stepwise`` (the default: γ 1, absorbing
 baseline, mean-only), ``turn_credit`` and ``kevin`` (``stepwise`` with Kevin's γ 0.4, pooled
 baseline, std scaling).
 
-Held out: the test split's 90 sums (pairs never trained on; the first ``--held-out``), one episode each at the training
+Held out: the test split's sums (pairs never trained on; ``--held-out`` of them, evenly spaced
+through the split), one episode each at the training
 temperature, before training (the untrained model, ``--before-samples`` episodes per task) and
 after each run with its trained weights. Per step we record the episode reward, success (the
 episode's last answer right), first-turn success and wall time; the spread is over seeds.
@@ -51,7 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=6, help="tokens per model call")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--held-out", type=int, default=90, help="held-out test sums evaluated (of 90)")
+    parser.add_argument("--a-range", nargs=2, type=int, default=[10, 59], help="the first addend's lowest, highest")
+    parser.add_argument("--b-range", nargs=2, type=int, default=[1, 9], help="the second addend's lowest, highest")
+    parser.add_argument("--held-out", type=int, default=90, help="held-out test sums evaluated, evenly spaced")
     parser.add_argument("--before-samples", type=int, default=3, help="episodes per held-out task, untrained")
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
     parser.add_argument(
@@ -62,7 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def env_config(args: argparse.Namespace, split: str) -> dict:
-    return {"taskset": {"id": "stepwise-sums", "split": split, "shots": args.shots}, "max_turns": args.max_turns}
+    taskset = {"id": "stepwise-sums", "split": split, "shots": args.shots, "a_range": args.a_range, "b_range": args.b_range}
+    return {"taskset": taskset, "max_turns": args.max_turns}
 
 
 def outcome(episodes: list) -> dict:
@@ -126,7 +131,10 @@ def held_out(trainer, args: argparse.Namespace, per_task: int) -> dict:
 
     env = vf.load_environment(vf.resolve_env_config(env_config(args, "test")))
     start = time.perf_counter()
-    groups = trainer.run_episodes(list(env.taskset)[: args.held_out], per_task, env=env)
+    tasks = list(env.taskset)
+    count = min(args.held_out, len(tasks))
+    spaced = [tasks[k * len(tasks) // count] for k in range(count)]
+    groups = trainer.run_episodes(spaced, per_task, env=env)
     return {**outcome([e for g in groups for e in g]), "seconds": time.perf_counter() - start}
 
 
@@ -205,6 +213,7 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
         f"`{command}` — {len(args.methods)} methods × {len(args.seeds)} seeds × {args.steps} steps, {episodes} "
         f"episodes per step, up to {args.max_turns} turns; wall {wall / 60:.1f} min",
         "",
+        f"Sums a + b, a in {args.a_range[0]}–{args.a_range[1]}, b in {args.b_range[0]}–{args.b_range[1]}. "
         f"Held-out ({args.held_out} test sums, temperature {args.temperature}), untrained: "
         f"success {before['success']:.3f}, "
         f"first turn {before['first_turn']:.3f} ({before['episodes']} episodes).",

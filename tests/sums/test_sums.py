@@ -72,6 +72,21 @@ def test_the_splits_are_disjoint_and_prompts_reproducible():
         assert shots - {(task.data.a, task.data.b)} <= set(train)
 
 
+def test_the_ranges_set_the_pairs_and_bad_ranges_are_refused():
+    config = {"taskset": {"id": "stepwise-sums", "split": "test", "a_range": [10, 59], "b_range": [10, 59]}}
+    held_out = list(vf.load_environment(vf.resolve_env_config(config)).taskset)
+    assert len(held_out) == 500 and {(t.data.a, t.data.b) for t in held_out} == set(
+        split_pairs("test", (10, 59), (10, 59))
+    )
+    assert all(10 <= t.data.b <= 59 for t in held_out) and any(t.data.b >= 10 for t in held_out)
+    for bad in ([9, 1], [-1, 3]):
+        with pytest.raises(Exception, match="b_range must be"):
+            vf.load_environment(vf.resolve_env_config({"taskset": {"id": "stepwise-sums", "b_range": bad}}))
+    tiny = {"taskset": {"id": "stepwise-sums", "a_range": [1, 1], "b_range": [1, 2], "shots": 4}}
+    with pytest.raises(ValueError, match="shots=4 but the ranges hold 1 training pairs"):
+        list(vf.load_environment(vf.resolve_env_config(tiny)).taskset)
+
+
 @pytest.mark.parametrize(
     "reply, value",
     [(" 12", 12), ("12\n", 12), (" 12.", 12), ("-3", -3), (" 12.5", None), ("twelve", None), ("", None),

@@ -1,7 +1,8 @@
 """Sums with hints: ``a + b =`` answered in up to ``max_turns`` tries.
 
-Each task is ``a + b`` with a in [10, 59] and b in [1, 9] (450 pairs: the ``train`` split
-holds the 360 whose index is not ≡ 0 mod 5, ``test`` the other 90, held out). The prompt is a
+Each task is ``a + b`` with a in ``a_range`` and b in ``b_range`` (inclusive; by default
+[10, 59] and [1, 9], 450 pairs): the ``train`` split holds the pairs whose index, counting a
+then b, is not ≡ 0 mod 5 (360 by default), ``test`` the others (90), held out. The prompt is a
 completion-style document::
 
     Sums. A wrong answer gets a hint, then another try.
@@ -28,14 +29,14 @@ import random
 import re
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 
 __all__ = ["SumsConfig", "SumsData", "SumsEnv", "SumsTask", "SumsTaskset", "SumsTasksetConfig", "answer_of"]
 
 HEADER = "Sums. A wrong answer gets a hint, then another try.\n"
-PAIRS = [(a, b) for a in range(10, 60) for b in range(1, 10)]
+A_RANGE, B_RANGE = (10, 59), (1, 9)
 _FIRST_NUMBER = re.compile(r"\s*(-?\d+)(?!\.?\d)")
 
 
@@ -55,16 +56,19 @@ def question(a: int, b: int) -> str:
     return f"{a} + {b} ="
 
 
-def split_pairs(split: str) -> list[tuple[int, int]]:
+def split_pairs(
+    split: str, a_range: tuple[int, int] = A_RANGE, b_range: tuple[int, int] = B_RANGE
+) -> list[tuple[int, int]]:
     if split not in ("train", "test"):
         raise ValueError(f"stepwise-sums: split must be 'train' or 'test', got {split!r}")
-    return [pair for i, pair in enumerate(PAIRS) if (i % 5 == 0) == (split == "test")]
+    pairs = [(a, b) for a in range(a_range[0], a_range[1] + 1) for b in range(b_range[0], b_range[1] + 1)]
+    return [pair for i, pair in enumerate(pairs) if (i % 5 == 0) == (split == "test")]
 
 
-def prompt(a: int, b: int, shots: int, rng: random.Random) -> str:
-    """The header, ``shots`` solved training sums (every second one fixed after a hint), the question."""
+def prompt(a: int, b: int, shots: int, rng: random.Random, train: list[tuple[int, int]]) -> str:
+    """The header, ``shots`` solved sums from ``train`` (every second one fixed after a hint), the question."""
     lines = [HEADER]
-    for k, (x, y) in enumerate(rng.sample(split_pairs("train"), shots)):
+    for k, (x, y) in enumerate(rng.sample(train, shots)):
         if k % 2:
             miss = x + y + rng.choice((-2, -1, 1, 2))
             lines.append(f"{question(x, y)} {miss}\n{hint(miss, x + y)} {question(x, y)} {x + y}\nright.\n")
@@ -93,13 +97,28 @@ class SumsTasksetConfig(vf.TasksetConfig):
     """``train`` (360 pairs) or ``test`` (90 held-out pairs)."""
     shots: int = Field(4, ge=0, le=16)
     """Solved sums in each prompt."""
+    a_range: tuple[int, int] = A_RANGE
+    """The first addend's values, lowest and highest (inclusive)."""
+    b_range: tuple[int, int] = B_RANGE
+    """The second addend's values, lowest and highest (inclusive)."""
+
+    @field_validator("a_range", "b_range")
+    @classmethod
+    def _ordered(cls, value: tuple[int, int], info: ValidationInfo) -> tuple[int, int]:
+        if not 0 <= value[0] <= value[1]:
+            raise ValueError(f"stepwise-sums: {info.field_name} must be (lowest, highest) with 0 <= lowest <= highest, got {value}")
+        return value
 
 
 class SumsTaskset(vf.Taskset[SumsTask, SumsTasksetConfig]):
     def load(self):
-        for i, (a, b) in enumerate(split_pairs(self.config.split)):
-            rng = random.Random(f"{self.config.split}-{i}")
-            data = SumsData(id=f"sums-{self.config.split}-{i}", prompt=prompt(a, b, self.config.shots, rng), a=a, b=b)
+        config = self.config
+        train = split_pairs("train", config.a_range, config.b_range)
+        if len(train) < config.shots:
+            raise ValueError(f"stepwise-sums: shots={config.shots} but the ranges hold {len(train)} training pairs")
+        for i, (a, b) in enumerate(split_pairs(config.split, config.a_range, config.b_range)):
+            rng = random.Random(f"{config.split}-{i}")
+            data = SumsData(id=f"sums-{config.split}-{i}", prompt=prompt(a, b, config.shots, rng, train), a=a, b=b)
             yield SumsTask(data)
 
 
