@@ -7,11 +7,11 @@
 Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
 linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
 a in ``--a-range`` and b in ``--b-range``, by default a two-digit a and one-digit b, a
-too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries), in the ``text`` format. Methods (registered estimators, same start —
-the adapter starts as a no-op, so every run starts from the base model — same seeds, same
-episodes per step): ``grpo`` (trajectory level), ``stepwise`` (the default: γ 1, absorbing
-baseline, mean-only), ``turn_credit`` and ``kevin`` (``stepwise`` with Kevin's γ 0.4, pooled
-baseline, std scaling).
+too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries), in the ``text``
+format. Methods (registered estimators, same start — the adapter starts as a no-op, so every run
+starts from the base model — same seeds, same episodes per step): ``grpo`` (trajectory level),
+``stepwise`` (the default: γ 1, absorbing baseline, mean-only), ``turn_credit`` and ``kevin``
+(``stepwise`` with Kevin's γ 0.4, pooled baseline, std scaling).
 
 Held out: the test split's sums (pairs never trained on; ``--held-out`` of them, evenly spaced
 through the split), one episode each at the training
@@ -66,7 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def env_config(args: argparse.Namespace, split: str) -> dict:
-    taskset = {"id": "stepwise-sums", "split": split, "shots": args.shots, "a_range": args.a_range, "b_range": args.b_range}
+    ranges = {"a_range": args.a_range, "b_range": args.b_range}
+    taskset = {"id": "stepwise-sums", "split": split, "shots": args.shots, **ranges}
     return {"taskset": taskset, "max_turns": args.max_turns}
 
 

@@ -106,7 +106,9 @@ class SumsTasksetConfig(vf.TasksetConfig):
     @classmethod
     def _ordered(cls, value: tuple[int, int], info: ValidationInfo) -> tuple[int, int]:
         if not 0 <= value[0] <= value[1]:
-            raise ValueError(f"stepwise-sums: {info.field_name} must be (lowest, highest) with 0 <= lowest <= highest, got {value}")
+            raise ValueError(
+                f"stepwise-sums: {info.field_name} must be (lowest, highest), 0 <= lowest <= highest; got {value}"
+            )
         return value
 
 
