@@ -116,7 +116,7 @@ def test_vf_eval_output_is_grouped_by_task_and_advantages_equal_score_group(tmp_
     # The library on the same groups: score_group writes the advantages the CLI reports.
     expected = {}
     for group in library_groups(episodes).values():
-        for episode, values in zip(group, score_group(group, "stepwise")):
+        for episode, values in zip(group, [c.advantages for c in score_group(group, "stepwise")]):
             for t, value in enumerate(values):
                 expected[episode.id, t] = value
     assert {(row["episode"], row["turn"]): row["advantage"] for row in rows} == expected
@@ -387,7 +387,7 @@ def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counte
     assert code == 0, err
     report = json.loads(out)
     assert report["counts"] | {"errored": 1, "not_trainable": 1, "trajectories": 3, "traces": 5} == report["counts"]
-    expected = score_group(group, "stepwise")
+    expected = [credit.advantages if credit else [] for credit in score_group(group, "stepwise")]
     rows = read_rows(tmp_path / "traces.advantages.jsonl")
     for episode, values in zip(group, expected):
         assert [r["advantage"] for r in rows if r["episode"] == episode.id] == values
@@ -702,7 +702,7 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     ):
         expected = {}
         for group in library_groups(episodes).values():
-            for episode, values in zip(group, score_group(group, estimator)):
+            for episode, values in zip(group, [c.advantages for c in score_group(group, estimator)]):
                 expected.update(((episode.id, t), v) for t, v in enumerate(values))
         assert {(r["episode"], r["turn"]): r[name] for r in rows} == expected
     assert max(r["turns"] for r in rows) == 3 and len({r["reward"] for r in rows}) > 3
@@ -757,7 +757,7 @@ def test_console_script_on_a_generated_large_file_and_a_broken_one(tmp_path):
 
 @pytest.mark.parametrize("recorded", ["absent", "empty"])
 def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, capsys, recorded):
-    """One rule (credit.credit_turns) decides, in vf-stepwise and score_group alike, what a trace
+    """One rule (credit.scored_turns) decides, in vf-stepwise and score_group alike, what a trace
     that records no per-turn rewards (no key, or ``[]``) means: by default its trace reward on its
     last turn; with ``missing="error"`` it is rejected by both."""
     group = [make_episode([0.0, 1.0], task=0, run="run-1") for _ in range(2)] + [
@@ -773,7 +773,7 @@ def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, 
     assert code == 0, err
     rows = read_rows(tmp_path / "rows.jsonl")
     copies = [vf.Episode.model_validate(e.model_dump()) for e in group]
-    expected = score_group(copies, get_estimator("stepwise"))
+    expected = [credit.advantages for credit in score_group(copies, get_estimator("stepwise"))]
     for episode, values in zip(group, expected):
         assert [r["advantage"] for r in rows if r["episode"] == episode.id] == pytest.approx(values)
     assert len([r for r in rows if r["episode"] == group[1].id]) == len(expected[1]) > 0
@@ -789,7 +789,7 @@ def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_pa
     episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, _, err = run(capsys, "advantages", traces, "--no-output")
-    assert code != 0 and "turn_rewards='scores'" in err
+    assert code != 0 and "--turn-rewards scores" in err
     code, out, err = run(capsys, "advantages", traces, "--turn-rewards", "scores", "-o", tmp_path / "t.jsonl")
     assert code == 0, err
     rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]

@@ -1,14 +1,16 @@
-"""score_group: a registered estimator applied to a group of v1 episodes, credit on each turn."""
+"""score_group: a registered estimator applied to a group of v1 episodes, credit on each turn,
+one credit record per trace."""
 
 from __future__ import annotations
 
 import pytest
 import verifiers.v1 as vf
 
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.testing.trace_files import make_episode
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.credit import exclusion_reason, score_group
+from verifiers_stepwise.traces.credit import CREDIT, Credit, exclusion_reason, read_credit, score_group
 from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
 
 
@@ -31,36 +33,42 @@ def sampled_advantages(trace: vf.Trace) -> list[list[float] | None]:
     return [node.advantages for node in trace.nodes if node.sampled]
 
 
+def advantages_of(group: list[vf.Episode], estimator, **kwargs) -> list[list[float]]:
+    """score_group's advantages per trace ([] for an untrainable or excluded one)."""
+    return [credit.advantages if credit else [] for credit in score_group(group, estimator, **kwargs)]
+
+
 def test_stepwise_by_name_matches_the_estimator_and_lands_on_each_turn():
     group = [rollout([0.0, 0.5, 1.0]), rollout([1.0]), rollout([0.0, 0.0])]
-    advantages = score_group(group, "stepwise")
+    records = score_group(group, "stepwise")
     expected = get_estimator("stepwise")([[0.0, 0.5, 1.0], [1.0], [0.0, 0.0]])
-    assert advantages == expected
-    for episode, values in zip(group, expected):
+    assert [r.advantages for r in records] == expected
+    for episode, values, record in zip(group, expected, records):
         (trace,) = episode.traces
         for turn, nodes in enumerate(trace.info["turn_nodes"]):
             for i in nodes:
                 assert trace.nodes[i].advantages == [values[turn]] * sum(trace.nodes[i].mask)
         assert all(node.advantages is None for node in trace.nodes if not node.sampled)
-        assert trace.info["turn_credit"] == {
-            "estimator": "stepwise",
-            "rewards": trace.info["turn_rewards"],
-            "advantages": values,
-        }
+        returns = [sum(trace.info["turn_rewards"][t:]) for t in range(len(values))]  # γ 1, sum
+        assert record == Credit(
+            "stepwise", "rewards", trace.info["turn_rewards"], trace.info["turn_nodes"], values, returns
+        )
+        assert read_credit(trace) == record and trace.info[CREDIT] == record.to_info()
 
 
 def test_a_configured_estimator_instance_is_used_as_given():
     group = [rollout([0.0, 1.0]), rollout([1.0, 1.0]), rollout([0.0, 0.0, 1.0])]
     estimator = get_estimator("stepwise", gamma=0.9, baseline="per_turn", scale="none")
-    advantages = score_group(group, estimator)
-    assert advantages == estimator([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0]])
-    assert group[0].traces[0].info["turn_credit"]["estimator"] == "Stepwise"
+    assert advantages_of(group, estimator) == estimator([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0]])
+    assert read_credit(group[0].traces[0]).estimator == "stepwise"  # the name it was looked up by
+    assert score_group(group, type(estimator)())[0].estimator == "Stepwise"  # built directly: its class
 
 
 def test_grpo_by_name_gives_every_turn_of_a_trajectory_its_advantage():
     group = [rollout([0.0, 1.0]), rollout([0.0, 0.0])]
     a, b = score_group(group, "grpo")
-    assert a == [pytest.approx(1.0, abs=1e-5)] * 2 and b == [pytest.approx(-1.0, abs=1e-5)] * 2
+    assert a.advantages == [pytest.approx(1.0, abs=1e-5)] * 2 and b.advantages == [pytest.approx(-1.0, abs=1e-5)] * 2
+    assert a.returns is None, "grpo is not built on per-turn returns"
 
 
 def test_a_trace_without_turn_rewards_uses_its_reward_as_the_final_turn():
@@ -70,9 +78,14 @@ def test_a_trace_without_turn_rewards_uses_its_reward_as_the_final_turn():
     plain.sample("done")
     episode = plain.episode(reward=1.0)
     group = [episode, rollout([0.0, 0.0])]
-    advantages = score_group(group, "stepwise")
+    advantages = advantages_of(group, "stepwise")
     assert advantages == get_estimator("stepwise")([[0.0, 1.0], [0.0, 0.0]])
-    assert episode.traces[0].info["turn_credit"]["rewards"] == [0.0, 1.0]
+    record = read_credit(episode.traces[0])
+    assert (record.reading, record.rewards, record.nodes) == (
+        "final_turn",
+        [0.0, 1.0],
+        [[2], [4]],
+    )  # nodes 0, 1: the prompt
     assert sampled_advantages(episode.traces[0]) == [[advantages[0][0]] * 3, [advantages[0][1]] * 3]
 
 
@@ -86,7 +99,7 @@ def test_missing_error_refuses_traces_without_turn_rewards():
 
 def test_a_trace_whose_model_never_spoke_is_one_turn_with_nothing_to_write():
     silent = TraceBuilder().episode(reward=0.0)
-    advantages = score_group([silent, rollout([1.0])], "stepwise")
+    advantages = advantages_of([silent, rollout([1.0])], "stepwise")
     assert advantages == get_estimator("stepwise")([[0.0], [1.0]])
 
 
@@ -96,19 +109,17 @@ def test_errored_traces_are_excluded_visibly_and_keep_their_earned_rewards():
     (trace,) = failed.traces
     trace.record_error(vf.ProviderError("upstream 500: boom", status_code=500))
     failed.ok = False
-    advantages = score_group([ok[0], failed, ok[1]], "stepwise")
+    advantages = advantages_of([ok[0], failed, ok[1]], "stepwise")
     assert advantages[1] == []
     assert advantages[0] + advantages[2] == [
         v for row in get_estimator("stepwise")([[0.0, 1.0], [1.0, 1.0]]) for v in row
     ]
     assert all(node.advantages is None for node in trace.nodes)
     assert trace.info["turn_rewards"] == [1.0, 0.0]  # what it earned stays on the trace
-    assert trace.info["turn_credit"] == {
-        "estimator": "stepwise",
-        # verifiers 0.4 stops on 'provider_error', older releases on 'error'
-        "excluded": f"trace errored (stop {trace.stop_condition!r}): ProviderError: upstream 500: boom",
-    }
-    assert exclusion_reason(failed, trace) == trace.info["turn_credit"]["excluded"]
+    # verifiers 0.4 stops on 'provider_error', older releases on 'error'
+    reason = f"trace errored (stop {trace.stop_condition!r}): ProviderError: upstream 500: boom"
+    assert read_credit(trace) == Credit("stepwise", "rewards", [1.0, 0.0], trace.info["turn_nodes"], [], None, reason)
+    assert exclusion_reason(failed, trace) == reason
     assert exclusion_reason(ok[0], ok[0].traces[0]) is None
 
 
@@ -116,30 +127,28 @@ def test_an_errored_episode_excludes_its_traces():
     broken = rollout([1.0])
     broken.ok = False
     broken.errors.append(vf.Error(type="EnvError", message="StepEnv.run(): ValueError: bad"))
-    advantages = score_group([broken, rollout([0.0]), rollout([1.0])], "stepwise")
+    advantages = advantages_of([broken, rollout([0.0]), rollout([1.0])], "stepwise")
     assert advantages[0] == []
-    assert broken.traces[0].info["turn_credit"]["excluded"] == (
-        "episode errored: EnvError: StepEnv.run(): ValueError: bad"
-    )
+    assert read_credit(broken.traces[0]).excluded == ("episode errored: EnvError: StepEnv.run(): ValueError: bad")
 
 
 def test_untrainable_traces_are_not_part_of_the_group():
     judge = rollout([5.0])
     judge.traces[0].agent.trainable = False
-    advantages = score_group([judge, rollout([0.0]), rollout([1.0])], "stepwise")
-    assert advantages[0] == []
-    assert "turn_credit" not in judge.traces[0].info
-    assert advantages[1:] == get_estimator("stepwise")([[0.0], [1.0]])
+    records = score_group([judge, rollout([0.0]), rollout([1.0])], "stepwise")
+    assert records[0] is None and read_credit(judge.traces[0]) is None
+    advantages = [r.advantages for r in records[1:]]
+    assert advantages == get_estimator("stepwise")([[0.0], [1.0]])
 
 
 def test_eval_client_traces_get_advantages_on_the_record_but_nothing_on_nodes():
     group = [rollout([0.0, 1.0], tokens=False), rollout([1.0, 1.0], tokens=False)]
-    advantages = score_group(group, "stepwise")
+    advantages = advantages_of(group, "stepwise")
     assert advantages == get_estimator("stepwise")([[0.0, 1.0], [1.0, 1.0]])
     for episode, values in zip(group, advantages):
         (trace,) = episode.traces
         assert all(node.advantages is None for node in trace.nodes)
-        assert trace.info["turn_credit"]["advantages"] == values
+        assert read_credit(trace).advantages == values
 
 
 def test_a_zero_variance_group_writes_zeros_not_none():
@@ -168,7 +177,42 @@ def test_score_group_reads_turn_rewards_as_scores_when_told():
     """prime-rl PR #3282's reading: turn_rewards are scores φ_t (None = unscored)."""
     episodes = [make_episode([0.2, 0.5, 0.9], task=0), make_episode([0.0, 0.0, 0.0], task=0)]
     episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
-    with pytest.raises(TurnSchemaError, match="turn_rewards='scores'"):
+    with pytest.raises(TurnSchemaError, match="reading='scores'"):
         score_group(episodes, "grpo")
-    score_group(episodes, "grpo", turn_rewards="scores")
-    assert episodes[0].traces[0].info["turn_credit"]["rewards"] == pytest.approx([0.2, 0.0, 0.7])
+    first, _ = score_group(episodes, "grpo", reading="scores")
+    assert first.rewards == pytest.approx([0.2, 0.0, 0.7]) and first.reading == "scores"
+    with pytest.warns(DeprecationWarning, match=r"score_group\(turn_rewards=...\) is deprecated"):
+        again, _ = score_group(episodes, "grpo", turn_rewards="scores")  # the old name still works
+    assert again == first
+
+
+def test_the_record_survives_serialization_and_a_version_1_record_still_reads():
+    group = [rollout([0.0, 1.0]), rollout([1.0])]
+    records = score_group(group, "stepwise")
+    for episode, record in zip(group, records):
+        (trace,) = vf.Episode.model_validate_json(episode.model_dump_json()).traces  # as traces.jsonl holds it
+        assert read_credit(trace) == record
+    (trace,) = group[0].traces
+    del trace.info[CREDIT]
+    trace.info["turn_credit"] = {"estimator": "stepwise", "rewards": [0.0, 1.0], "advantages": [-0.5, 0.0]}
+    old = read_credit(trace)
+    assert (old.version, old.estimator, old.rewards, old.advantages) == (1, "stepwise", [0.0, 1.0], [-0.5, 0.0])
+    assert old.nodes is None and old.returns is None and old.reading is None
+    score_group(group, "stepwise")  # scoring again supersedes the old record
+    assert "turn_credit" not in trace.info and read_credit(trace).version == 2
+
+
+def test_a_record_that_is_not_one_is_named():
+    (trace,) = rollout([1.0]).traces
+    for bad in ({"version": 2, "estimator": "x"}, {"version": 7}, ["not", "a", "record"]):
+        trace.info[CREDIT] = bad
+        with pytest.raises(TraceError, match=f"trace {trace.id}: trace.info\\['stepwise_credit'\\] is not a credit"):
+            read_credit(trace)
+
+
+def test_an_excluded_trace_whose_turn_data_does_not_read_says_so():
+    failed = rollout([1.0, 0.0])
+    failed.ok = False
+    failed.traces[0].info["turn_nodes"] = [[0]]  # cut off mid-turn
+    record, _ = score_group([failed, rollout([1.0])], "stepwise")
+    assert record.rewards == [] and record.excluded.startswith("episode errored; its turn data does not read: ")

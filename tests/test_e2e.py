@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_stepwise import get_estimator, read_turns, score_group
+from verifiers_stepwise import get_estimator, read_credit, read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
@@ -75,7 +75,7 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     stepwise = get_estimator("stepwise")
     for group in (multiply, divide, power):
         scored = [e for e in group if e.ok]
-        advantages = score_group(group, "stepwise")
+        advantages = [credit.advantages for credit in score_group(group, "stepwise")]
         expected = stepwise([read_turns(e.traces[0]).rewards for e in scored])
         assert [a for a, e in zip(advantages, group) if e.ok] == expected
         for episode, values in zip(group, advantages):
@@ -83,15 +83,15 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
             # Eval-client traces carry no token ids: nothing is written on nodes, nothing crashes.
             assert all(not n.token_ids and n.advantages is None for n in trace.nodes)
             if episode.ok:
-                assert trace.info["turn_credit"]["advantages"] == values
+                assert read_credit(trace).advantages == values
             else:
-                assert values == [] and "excluded" in trace.info["turn_credit"]
+                assert values == [] and read_credit(trace).excluded
     # Recorded as scores, an undiscounted return from turn 0 is the final score: both multiply
     # rollouts end right, so neither first turn is preferred, and the turn that fixed the near
     # miss earns its gain; divide's second rollout ends below 1.0 and loses.
-    credit = sorted((e.traces[0].info["turn_credit"]["advantages"] for e in multiply), key=len)
+    credit = sorted((read_credit(e.traces[0]).advantages for e in multiply), key=len)
     assert credit == [[pytest.approx(0.0, abs=1e-12)], [pytest.approx(0.0, abs=1e-12), pytest.approx(9 / 391 / 2)]]
-    assert any(min(e.traces[0].info["turn_credit"]["advantages"]) < 0 for e in divide)
+    assert any(min(read_credit(e.traces[0]).advantages) < 0 for e in divide)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise import GRPO, GiGPO, StepwiseMultiTurnEnvConfig, score_group
+from verifiers_stepwise import GRPO, GiGPO, StepwiseMultiTurnEnvConfig, read_credit, score_group
 from verifiers_stepwise.envs.harness import strip_think
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, Reply, scripted
@@ -114,8 +114,8 @@ async def test_faults_are_recorded_and_the_run_goes_on(guess_env, monkeypatch):
     # Credit: errored episodes are excluded and say so; the clean one is scored alone.
     for group in groups:
         score_group(group, "stepwise")
-    assert "excluded" in broken[0].info["turn_credit"]
-    assert clean.info["turn_credit"]["advantages"] == [0.0, 0.0]
+    assert read_credit(broken[0]).excluded
+    assert read_credit(clean).advantages == [0.0, 0.0]
 
 
 def _many_games(self):
@@ -215,4 +215,4 @@ async def test_turn_state_hook_records_each_turns_anchor_state(guess_env, monkey
     assert seven.info["turn_states"] == ["start", "Higher.", "Lower.", "Lower."]
     rewards = [three.info["turn_rewards"], seven.info["turn_rewards"]]
     states = [three.info["turn_states"], seven.info["turn_states"]]
-    assert score_group(game3 + game7, GiGPO()) == GiGPO()(rewards, states) != GRPO()(rewards)
+    assert [c.advantages for c in score_group(game3 + game7, GiGPO())] == GiGPO()(rewards, states) != GRPO()(rewards)

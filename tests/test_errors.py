@@ -80,8 +80,8 @@ def test_a_bad_setting_is_a_config_error_where_it_was_a_bare_value_error():
     with pytest.raises(errors.ConfigError, match="missing must be"):
         score_group([], "stepwise", missing="never")  # type: ignore[arg-type]
     trace = SimpleNamespace(id="t", info={"turn_rewards": [1.0]}, nodes=[])
-    with pytest.raises(errors.ConfigError, match="turn_rewards must be"):
-        read_turns(trace, turn_rewards="points")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="reading must be"):
+        read_turns(trace, reading="points")  # type: ignore[arg-type]
     with pytest.raises(errors.ConfigError, match="no gamma to sweep"):
         with_gamma(get_estimator("grpo"), 0.5)
     with pytest.raises(errors.ConfigError):

@@ -160,7 +160,7 @@ def test_score_group_hands_recorded_states_to_the_estimator():
     for episode, row in zip(group, states):
         if row is not None:
             episode.traces[0].info[TURN_STATES] = row
-    got = score_group(group, GiGPO())
+    got = [c.advantages for c in score_group(group, GiGPO())]
     assert got == GiGPO()(rewards, [states[0], states[1], [None]])
     assert got != GRPO()(rewards)
 

@@ -34,5 +34,5 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
     scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
     assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
     assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
-    advantages = score_group(group, "stepwise")
+    advantages = [credit.advantages for credit in score_group(group, "stepwise")]
     assert advantages == get_estimator("stepwise")([read_turns(e.traces[0]).rewards for e in group])

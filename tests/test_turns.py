@@ -305,7 +305,7 @@ def test_an_unscored_turn_gets_zero_and_the_next_difference_spans_it():
 
 def test_none_in_turn_rewards_is_rejected_naming_the_setting():
     b = two_turns("turn_rewards", [0.2, None, 0.9])
-    with pytest.raises(TurnSchemaError, match=r"turn 1 reward is None.*turn_scores.*turn_rewards='scores'"):
+    with pytest.raises(TurnSchemaError, match=r"turn 1 reward is None.*turn_scores.*reading='scores'"):
         read_turns(b.trace)
 
 
@@ -313,9 +313,11 @@ def test_prime_rl_reading_of_turn_rewards_is_a_setting():
     """An env written for prime-rl PR #3282 (scores under turn_rewards) is read correctly with the
     setting; its cumulative scores would otherwise be summed as rewards (0.2 + 0.5 + 0.9)."""
     b = two_turns("turn_rewards", [0.2, None, 0.9])
-    assert read_turns(b.trace, turn_rewards="scores").rewards == pytest.approx([0.2, 0.0, 0.7])
+    assert read_turns(b.trace, reading="scores").rewards == pytest.approx([0.2, 0.0, 0.7])
+    with pytest.warns(DeprecationWarning, match=r"read_turns\(turn_rewards=...\) is deprecated"):
+        assert read_turns(b.trace, turn_rewards="scores") == read_turns(b.trace, reading="scores")
     flags = two_turns("turn_rewards", [1.0, 1.0, 1.0])  # success flags: no progress after turn 0
-    assert read_turns(flags.trace, turn_rewards="scores").rewards == [1.0, 0.0, 0.0]
+    assert read_turns(flags.trace, reading="scores").rewards == [1.0, 0.0, 0.0]
     assert read_turns(flags.trace).rewards == [1.0, 1.0, 1.0]
 
 
@@ -402,7 +404,7 @@ def test_a_compacted_trace_is_one_sequence_and_early_turns_see_the_reward_after_
     other, _ = compacted()
     other.trace.info["turn_rewards"] = [0.0, 0.0, 0.0]
     estimator = get_estimator("stepwise", gamma=0.5, scale="none")
-    advantages = score_group([b.episode(), other.episode()], estimator)
+    advantages = [credit.advantages for credit in score_group([b.episode(), other.episode()], estimator)]
     # returns [0.25, 0.5, 1] vs [0, 0, 0]: turn 0's return holds the post-compaction reward
     assert advantages[0] == pytest.approx([0.125, 0.25, 0.5])
 
@@ -417,6 +419,7 @@ def test_parallel_agents_are_separate_traces_whose_returns_never_mix():
         trace.is_completed = trace.ok = True
     episode = vf.Episode(task=main.trace.task, traces=[main.trace, helper.trace], ok=True)
     estimator = get_estimator("stepwise", gamma=1.0, scale="none")
-    assert score_group([episode], estimator) == [[-0.5], [0.5]]
+    records = score_group([episode], estimator)
+    assert [r.advantages for r in records] == [[-0.5], [0.5]]
     # two trajectories: the helper's reward is not part of the main trace's future
-    assert [t.info["turn_credit"]["rewards"] for t in episode.traces] == [[0.0], [1.0]]
+    assert [r.rewards for r in records] == [[0.0], [1.0]]

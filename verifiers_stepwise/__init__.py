@@ -27,6 +27,7 @@ _EXPORTS = {
     "ragged_discounted_returns": "estimators.returns",
     "RaggedBatch": "estimators.ragged",
     "RewardError": "errors",
+    "Estimate": "estimators.base",
     "Estimator": "estimators.base",
     "EstimatorConfig": "estimators.base",
     "ConfigError": "errors",
@@ -58,6 +59,8 @@ _EXPORTS = {
     "turn_samples": "traces.turns",
     "write_turn_advantages": "traces.turns",
     "score_group": "traces.credit",
+    "Credit": "traces.credit",
+    "read_credit": "traces.credit",
     "StepwiseMultiTurnEnv": "envs.env",
     "StepwiseMultiTurnEnvConfig": "envs.env",
     "Turn": "envs.env",
@@ -93,7 +96,7 @@ if TYPE_CHECKING:
         StepwiseError,
         TraceError,
     )
-    from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig, zero_advantage_groups
+    from verifiers_stepwise.estimators.base import Estimate, Estimator, EstimatorConfig, zero_advantage_groups
     from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
     from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
     from verifiers_stepwise.estimators.ragged import RaggedBatch
@@ -108,7 +111,7 @@ if TYPE_CHECKING:
     from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
     from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
     from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
-    from verifiers_stepwise.traces.credit import score_group
+    from verifiers_stepwise.traces.credit import Credit, read_credit, score_group
     from verifiers_stepwise.traces.turns import (
         TraceTurns,
         TurnSample,

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from tests.hosts.conftest import REAL_PRIME_RL
 from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
-from verifiers_stepwise import get_estimator
+from verifiers_stepwise import get_estimator, read_credit
 from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm, main
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.traces.turns import TurnSchemaError
@@ -147,7 +147,7 @@ def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
     algo = algorithm(estimator="last-turn-only", bonus=0.5)
     assert isinstance(algo.estimator.inner, third_party_estimator)  # at prime-rl's float32 resolution
     episodes = score(algo, [multi_turn([0.0, 1.0]), multi_turn([0.5])])
-    assert [e.traces[0].info["turn_credit"]["advantages"] for e in episodes] == [[0.0, 0.75], [0.25]]
+    assert [read_credit(e.traces[0]).advantages for e in episodes] == [[0.0, 0.75], [0.25]]
 
 
 def test_entry_point_wrapper_names_what_it_runs():
@@ -205,6 +205,6 @@ def test_gigpo_gets_the_recorded_anchor_states():
     for episode, row in zip(episodes, states):
         episode.traces[0].info["turn_states"] = row
     score(algorithm("gigpo", scale="none"), episodes)
-    got = [e.traces[0].info["turn_credit"]["advantages"] for e in episodes]
+    got = [read_credit(e.traces[0]).advantages for e in episodes]
     assert got == get_estimator("gigpo", scale="none")(rewards, states)
     assert got[1][0] < 0 < got[0][0]  # grpo would give 0: both rollouts succeed

@@ -157,7 +157,9 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     assert all((t.min_policy_version, t.max_policy_version) == (5, 6) for r in group.rollouts for t in r.turns)
 
     estimator = get_estimator("stepwise", scale="none")
-    assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
+    assert [c.advantages for c in score_group(episodes, estimator)] == [
+        list(r.advantage.per_turn) for r in group.rollouts
+    ]
     first_attempt, right_at_once = (group.rollouts[k].advantage.per_turn[0] for k in (0, 1))
     assert first_attempt < right_at_once  # the wrong first answer gets less than answering right at once
 
@@ -191,7 +193,9 @@ def test_refine_through_the_rollouter_with_gamma(renderer):
     assert rewards[0] == pytest.approx([1 - 9 / 391, 9 / 391]) and rewards[2] == [1.0]
     assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == rewards
     estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
-    assert score_group(episodes, estimator) == [list(r.advantage.per_turn) for r in group.rollouts]
+    assert [c.advantages for c in score_group(episodes, estimator)] == [
+        list(r.advantage.per_turn) for r in group.rollouts
+    ]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 
@@ -238,7 +242,7 @@ def test_a_turn_with_several_sampled_replies_is_one_env_turn(fork):
     group = titan_group(episodes, StepwiseAdvantage.Config(options={"gamma": 0.9}).build())
     assert [len(r.turns) for r in group.rollouts] == [3, 2, 4]  # one torchtitan turn per sampled span
     assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]
-    expected = score_group(episodes, get_estimator("stepwise", gamma=0.9))
+    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9))]
     per_span = [list(r.advantage.per_turn) for r in group.rollouts]
     assert per_span[0] == [expected[0][0], expected[0][0], expected[0][1]]
     built = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
@@ -257,7 +261,7 @@ def test_a_trace_without_turn_rewards_is_scored_as_torchtitan_and_score_group_sc
         plain.append(b.episode(reward=reward))
     group = titan_group(plain, StepwiseAdvantage.Config(options={"scale": "none"}).build())
     assert all("turn_index" not in t.env_rewards for r in group.rollouts for t in r.turns)
-    assert score_group(plain, get_estimator("stepwise", scale="none")) == [
+    assert [c.advantages for c in score_group(plain, get_estimator("stepwise", scale="none"))] == [
         list(r.advantage.per_turn) for r in group.rollouts
     ]
 
@@ -332,7 +336,9 @@ def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     group, episodes = run_group(rollouter, renderer, {0: ["400", "391"], 1: ["391"]}, sample)
     assert rollouter._server is None  # closed: the process was stopped and joined
     assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 1]
-    assert score_group(episodes, "stepwise") == [list(r.advantage.per_turn) for r in group.rollouts]
+    assert [c.advantages for c in score_group(episodes, "stepwise")] == [
+        list(r.advantage.per_turn) for r in group.rollouts
+    ]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 

@@ -240,7 +240,7 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
     failed = [s for s in samples if s.excluded]
     assert failed, "the fault should have ended an episode"
     for sample in failed:
-        assert sample.reward is None and sample.turn_advantages == []
+        assert sample.reward is None and sample.credit.advantages == []
         assert set(sample.advantages) == {0.0}
         assert "engine died" in sample.excluded or "errored" in sample.excluded
 
@@ -256,11 +256,11 @@ def test_gigpo_gets_the_envs_anchor_states_through_the_host(tokenizer, tokenizer
     generate = Scripted(tokenizer, [f" {answer + 1}", f" {answer}", f" {answer}"], end="\n")
     (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=2, format="text")
     gigpo = score_groups([group], get_estimator("gigpo"), tokenizer.pad_token_id)
-    assert sorted(s.turn_rewards for s in gigpo) == [[0.0, 1.0], [1.0]]
+    assert sorted(s.credit.rewards for s in gigpo) == [[0.0, 1.0], [1.0]]
     assert {
-        a for s in score_groups([group], get_estimator("grpo"), tokenizer.pad_token_id) for a in s.turn_advantages
+        a for s in score_groups([group], get_estimator("grpo"), tokenizer.pad_token_id) for a in s.credit.advantages
     } == {0.0}
-    first = {len(s.turn_rewards): s.turn_advantages[0] for s in gigpo}
+    first = {len(s.credit.rewards): s.credit.advantages[0] for s in gigpo}
     assert first[1] > 0 > first[2]  # from the shared start, answering at once scores higher
 
 
@@ -306,7 +306,7 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
     changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
     assert len(changed) == len(before)
     batch = trainer.last_batch
-    assert len(batch.samples) == 4 and any(a != 0 for s in batch.samples for a in s.turn_advantages)
+    assert len(batch.samples) == 4 and any(a != 0 for s in batch.samples for a in s.credit.advantages)
     for i, (episode, sample) in enumerate(zip(batch.episodes, batch.samples)):
         # the same traces, scored again from scratch, turn by turn
         (trace,) = episode.traces
@@ -318,7 +318,7 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
         row = batch.advantages[i, : len(sample.completion_ids)]
         mask = torch.tensor(sample.env_mask, dtype=torch.bool)
         assert torch.all(row[~mask] == 0), "env tokens carry no advantage"
-        assert len(sample.turn_advantages) == 3
+        assert len(sample.credit.advantages) == 3
         start = len(sample.prompt_ids)
         offset = 0
         for node in trace.nodes:
@@ -327,12 +327,12 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
             if lo >= 0 and node.sampled:
                 turn = next(t for t, nodes in enumerate(turns.nodes) if trace.nodes.index(node) in nodes)
                 values = row[lo : lo + n][torch.tensor(node.mask)]
-                assert torch.allclose(values, torch.tensor(sample.turn_advantages[turn], dtype=torch.float32))
+                assert torch.allclose(values, torch.tensor(sample.credit.advantages[turn], dtype=torch.float32))
             offset += n
     # score_group on fresh copies of the group gives the same per-turn advantages
     copies = [e.model_copy(deep=True) for e in batch.episodes]
-    expected = score_group(copies, trainer.estimator)
-    assert [pytest.approx(a) for a in expected] == [s.turn_advantages for s in batch.samples]
+    expected = [c.advantages for c in score_group(copies, trainer.estimator)]
+    assert [pytest.approx(a) for a in expected] == [s.credit.advantages for s in batch.samples]
     logged = trainer.state.log_history[0]
     for key in ("reward", "turn_rewards/mean", "turn_advantages/abs_mean", "turn_rewards/turn_2", "turns/mean"):
         assert key in logged
@@ -344,7 +344,7 @@ def test_a_third_party_estimator_is_picked_by_its_registered_name(tokenizer, tmp
     assert isinstance(trainer.estimator, third_party_estimator) and trainer.estimator.config.bonus == 0.5
     trainer.train()
     for sample in trainer.last_batch.samples:
-        *earlier, last = sample.turn_advantages
+        *earlier, last = sample.credit.advantages
         assert earlier == [0.0, 0.0] and last != 0.0
 
 
@@ -390,13 +390,13 @@ def test_a_model_call_fault_mid_episode_is_recorded_and_training_goes_on(tokeniz
     for episode, sample in zip(first.episodes, first.samples):
         (trace,) = episode.traces
         assert not trace.ok and any("injected engine fault" in error.message for error in trace.errors)
-        assert sample.excluded and sample.reward is None and sample.turn_advantages == []
+        assert sample.excluded and sample.reward is None and sample.credit.advantages == []
         assert set(sample.advantages) == {0.0}
-        assert len(sample.turn_rewards) == 1, "the turn earned before the fault stays on the trace"
+        assert len(sample.credit.rewards) == 1, "the turn earned before the fault stays on the trace"
     assert trainer.state.log_history[0]["episodes/errored"] == 1.0
     assert all(s.excluded is None for s in second.samples), "the next step trains as usual"
     assert trainer.state.log_history[1]["episodes/errored"] == 0
-    assert any(a != 0 for s in second.samples for a in s.turn_advantages)
+    assert any(a != 0 for s in second.samples for a in s.credit.advantages)
 
 
 def test_a_generator_can_fail_one_request_of_a_batch():

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from tests.hosts.conftest import needs_prime_rl
 from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
-from verifiers_stepwise import get_estimator
+from verifiers_stepwise import get_estimator, read_credit
 from verifiers_stepwise.hosts.prime_rl import MODULE, StepwiseAlgoConfig, StepwiseAlgorithm, register
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
@@ -119,7 +119,7 @@ def built(**config) -> StepwiseAlgorithm:
 def expected_token_advantages(trace: vf.Trace, branch) -> list[float]:
     """Per token of ``branch``: its turn's advantage on sampled tokens, 0 elsewhere."""
     turn_of = {i: t for t, nodes in enumerate(trace.info["turn_nodes"]) for i in nodes}
-    values = trace.info["turn_credit"]["advantages"]
+    values = read_credit(trace).advantages
     index = {id(node): i for i, node in enumerate(trace.nodes)}
     out: list[float] = []
     for node in branch.nodes:
@@ -253,11 +253,11 @@ def test_env_server_serves_refine_episodes_and_the_first_group_is_scored(tmp_pat
     assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
     algo = build_algorithm(source.algo, None)
     asyncio.run(algo.finalize_group(group))
-    credit = [e.traces[0].info["turn_credit"] for e in group]
-    expected = get_estimator("stepwise", gamma=0.4, scale="none")([c["rewards"] for c in credit])
-    assert [c["advantages"] for c in credit] == expected
-    assert [c["rewards"] for c in credit] == [read_turns(e.traces[0]).rewards for e in group]
-    assert all(c["turn_rewards"] == "scores" and c["estimator"] == "stepwise" for c in credit)
+    credit = [read_credit(e.traces[0]) for e in group]
+    expected = get_estimator("stepwise", gamma=0.4, scale="none")([c.rewards for c in credit])
+    assert [c.advantages for c in credit] == expected
+    assert [c.rewards for c in credit] == [read_turns(e.traces[0]).rewards for e in group]
+    assert all(c.reading == "scores" and c.estimator == "stepwise" for c in credit)
 
 
 # -- prime-rl's trace compiler, zero-advantage filter and training sink ------------------------------
@@ -308,7 +308,7 @@ def test_branching_traces_through_trace_to_samples():
                 if any(sample.mask[k] for k in span):
                     assert id(node) not in trained  # a shared node trains in one branch only
                     trained[id(node)] = [sample.advantages[k] for k in span if sample.mask[k]]
-        values = trace.info["turn_credit"]["advantages"]
+        values = read_credit(trace).advantages
         for t, (i,) in enumerate(trace.info["turn_nodes"]):
             assert trained[id(trace.nodes[i])] == [values[t]] * sum(trace.nodes[i].mask)
 
@@ -387,7 +387,7 @@ def test_the_reading_applied_is_recorded_and_none_fails():
     by_scores = multi_turn([0.0, 1.0])  # as stepwise-refine records its turns
     by_scores.traces[0].info["turn_scores"] = by_scores.traces[0].info.pop("turn_rewards")
     scored = score(built(), [multi_turn([0.0, 1.0]), single_turn(1.0), by_scores])
-    readings = [e.traces[0].info["turn_credit"]["turn_rewards"] for e in scored]
+    readings = [read_credit(e.traces[0]).reading for e in scored]
     assert readings == ["rewards", "final_turn", "scores"]
     # An env written for prime-rl PR #3282's reading: per-turn scores, None for an unscored turn.
     pr_3282 = multi_turn([0.0, 1.0])

@@ -230,7 +230,7 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     assert [len(nodes) for nodes in fixed.info["turn_nodes"]] == [3, 3]
 
     # discounted (γ 0.4), the fixing round gets more credit than the round before it
-    advantages = score_group(group, get_estimator("stepwise", gamma=0.4))
+    advantages = [c.advantages for c in score_group(group, get_estimator("stepwise", gamma=0.4))]
     fixed_adv, idle_adv = (
         (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
     )

@@ -383,7 +383,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, turn_rewards=args.turn_rewards)
+        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.turn_rewards)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -412,7 +412,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
             skip_bad=args.skip_bad,
             missing=args.missing,
             progress=lambda n: progress.advance(task, n),
-            turn_rewards=args.turn_rewards,
+            reading=args.turn_rewards,
         )
 
 

@@ -28,7 +28,7 @@ catch-all group, the failure that merges every rollout of a run into one group. 
 of the task row, run-local ``idx`` included). Episodes sharing a group id must share their
 task (key, else hash): a group that mixes tasks is bad input.
 
-A trajectory's turns are the ones ``score_group`` credits (``credit.credit_turns``): a trace
+A trajectory's turns are the ones ``score_group`` credits (``credit.scored_turns``): a trace
 without per-turn rewards (no ``info["turn_rewards"]``, or an empty list) is scored with its
 trace reward on its last turn (``missing="final_turn"``, the default) or is bad input
 (``missing="error"``).
@@ -200,20 +200,20 @@ def collect(
     skip_bad: bool = False,
     missing: Missing = "final_turn",
     progress: Callable[[int], None] | None = None,
-    turn_rewards: Reading = "rewards",
+    reading: Reading = "rewards",
 ) -> Collected:
     """Read traces files one line at a time and gather their per-turn rewards by group.
 
     Args:
       paths: ``traces.jsonl`` files, read in order; line numbers restart in each file.
       skip_bad: skip and count bad lines and traces instead of raising :class:`BadInput`.
-      missing: what a trace without per-turn rewards means (``credit.credit_turns``, the rule
+      missing: what a trace without per-turn rewards means (``credit.scored_turns``, the rule
         ``score_group`` applies): "final_turn" scores its trace reward on its last turn,
         "error" makes it bad input.
       progress: called with the byte count of every line read.
-      turn_rewards: how ``turn_rewards`` is read, "rewards" or "scores" (``turns.read_turns``).
+      reading: how ``turn_rewards`` is read, "rewards" or "scores" (``turns.read_turns``).
     """
-    reader = _Reader(skip_bad, missing, turn_rewards)
+    reader = _Reader(skip_bad, missing, reading)
     for path in paths:
         reader.read(Path(path), progress)
     reader.out.groups = list(reader.group_index)  # dicts keep insertion order: index order
@@ -222,15 +222,15 @@ def collect(
 
 
 class _Reader:
-    def __init__(self, skip_bad: bool, missing: Missing, turn_rewards: Reading) -> None:
+    def __init__(self, skip_bad: bool, missing: Missing, reading: Reading) -> None:
         from verifiers_stepwise.traces import credit  # loads numpy (estimators)
 
         self.exclusion_reason = credit.exclusion_reason
-        self.credit_turns = credit.credit_turns
+        self.scored_turns = credit.scored_turns
         self.MissingTurnRewards = credit.MissingTurnRewards
         self.skip_bad = skip_bad
         self.missing = missing
-        self.turn_rewards = turn_rewards
+        self.reading = reading
         self.out = Collected()
         self.group_index: dict[GroupKey, int] = {}
         self.agent_index: dict[str, int] = {}
@@ -330,7 +330,7 @@ class _Reader:
             out.counts["errored"] += 1
             return
         try:
-            turns = self.credit_turns(trace, self.missing, self.turn_rewards)
+            turns, _ = self.scored_turns(trace, self.missing, self.reading)
         except self.MissingTurnRewards:
             message = (
                 "has no info['turn_rewards'] (was it made by a stepwise environment? --missing final_turn "

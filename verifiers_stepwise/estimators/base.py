@@ -5,7 +5,9 @@ An estimator is called on one group (all trajectories sampled for one prompt):
     estimator(group: Sequence[Sequence[float]]) -> list[list[float]]      same ragged shape
 
 and, for trainers, on many groups at once with ``estimator.batched(batch: RaggedBatch)``,
-flat (n_turns,) float64 in and out. Both paths run the same code.
+flat (n_turns,) float64 in and out. Both paths run the same code. ``estimate(batch)`` gives
+the advantages with the per-turn returns they were taken from, for estimators built on returns
+(``stepwise``: A_{j,t} = R_{j,t} − baseline); the others give None for the returns.
 
 Conventions (all estimators here): float64; population std (ddof = 0) plus ``eps`` (default
 1e-6); a group whose values are all equal gets advantages exactly 0; a group with a single
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -25,7 +27,21 @@ from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.estimators.baselines import Scale
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 
-__all__ = ["ConfigError", "Estimator", "EstimatorConfig", "describe_validation_error", "zero_advantage_groups"]
+__all__ = [
+    "ConfigError",
+    "Estimate",
+    "Estimator",
+    "EstimatorConfig",
+    "describe_validation_error",
+    "zero_advantage_groups",
+]
+
+
+class Estimate(NamedTuple):
+    """Flat (n_turns,) arrays of a batch: the advantages, and the returns they came from (or None)."""
+
+    returns: np.ndarray | None
+    advantages: np.ndarray
 
 
 class EstimatorConfig(BaseModel):
@@ -43,6 +59,8 @@ class Estimator(ABC):
     """Base class of registered estimators. Subclasses set ``Config`` and ``batched``."""
 
     Config: ClassVar[type[EstimatorConfig]] = EstimatorConfig
+    name: str | None = None
+    """The name it was looked up by (``get_estimator`` sets it), which credit records carry."""
 
     def __init__(self, config: EstimatorConfig | None = None, /, **fields: Any) -> None:
         if config is None:
@@ -57,6 +75,10 @@ class Estimator(ABC):
     @abstractmethod
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         """(n_turns,) float64 advantages for every turn of every group in ``batch``."""
+
+    def estimate(self, batch: RaggedBatch) -> Estimate:
+        """The advantages of ``batch`` and, for an estimator built on per-turn returns, those."""
+        return Estimate(None, self.batched(batch))
 
     def __call__(
         self, group: Sequence[Sequence[float]], states: Sequence[Sequence[Hashable | None]] | None = None

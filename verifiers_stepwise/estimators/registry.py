@@ -136,4 +136,6 @@ def get_estimator(name: str, **config: Any) -> Estimator:
     Raises UnknownEstimator (listing what is installed) for an unknown name and ConfigError
     (naming the field) for a bad config.
     """
-    return estimator_class(name)(**config)
+    estimator = estimator_class(name)(**config)
+    estimator.name = name
+    return estimator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
+from verifiers_stepwise.estimators.base import Estimate, Estimator, EstimatorConfig
 from verifiers_stepwise.estimators.baselines import Baseline, Scale, baseline_advantages
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Aggregation, ragged_discounted_returns
@@ -66,6 +66,9 @@ class Stepwise(Estimator):
     config: StepwiseConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
+        return self.estimate(batch).advantages
+
+    def estimate(self, batch: RaggedBatch) -> Estimate:
         c = self.config
         returns = ragged_discounted_returns(batch, c.gamma, c.aggregation)
-        return baseline_advantages(batch, returns, c.baseline, c.scale, c.eps)
+        return Estimate(returns, baseline_advantages(batch, returns, c.baseline, c.scale, c.eps))

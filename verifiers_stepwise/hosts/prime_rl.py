@@ -34,7 +34,8 @@ zeros matter there, so advantages are given at prime-rl's own resolution (``Floa
 prime-rl's GRPO subtracts the group mean in float32, where rewards ``[0.1, 0.2, 0.3]`` leave the
 middle trace exactly 0 (dropped) while float64 leaves -2.8e-17 (kept).
 
-``trace.info["turn_credit"]["turn_rewards"]`` records the reading applied: ``"rewards"`` (each
+Each trace's credit record (``trace.info["stepwise_credit"]``, ``traces.credit.Credit``) names
+the estimator as configured here (``estimator``) and the reading applied: ``"rewards"`` (each
 entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
 prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error), ``"scores"``
 (the trace records ``turn_scores``, read as rewards by differences) or ``"final_turn"``
@@ -57,11 +58,11 @@ import verifiers.v1 as vf
 from pydantic import BaseModel, Field, model_validator
 
 from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.traces.credit import CREDIT, Missing, score_group
-from verifiers_stepwise.traces.turns import TURN_REWARDS, TURN_SCORES
+from verifiers_stepwise.traces.credit import Missing, score_group
 
 # prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
 with requires(
@@ -127,14 +128,6 @@ class StepwiseAlgorithm(Algorithm):
 
     async def score_group(self, episodes: list[vf.Episode]) -> None:
         score_group(episodes, self.estimator, missing=self.missing)
-        for episode in episodes:
-            for trace in episode.traces:
-                credit = trace.info.get(CREDIT)
-                if credit is not None and "advantages" in credit:
-                    credit["estimator"] = self.name
-                    info = trace.info
-                    reading = "scores" if TURN_SCORES in info else "rewards" if TURN_REWARDS in info else "final_turn"
-                    credit[TURN_REWARDS] = reading
 
 
 class Float32Resolution(Estimator):
@@ -149,9 +142,17 @@ class Float32Resolution(Estimator):
     def __init__(self, inner: Estimator) -> None:
         self.inner = inner
         self.config = inner.config
+        self.name = inner.name
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
-        advantages = self.inner.batched(batch)
+        return self.estimate(batch).advantages
+
+    def estimate(self, batch: RaggedBatch) -> Estimate:
+        returns, advantages = self.inner.estimate(batch)
+        return Estimate(returns, self._resolved(batch, advantages))
+
+    @staticmethod
+    def _resolved(batch: RaggedBatch, advantages: np.ndarray) -> np.ndarray:
         magnitude = np.abs(advantages)
         if not advantages.size or magnitude.max() == 0.0:
             return advantages

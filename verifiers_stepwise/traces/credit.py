@@ -1,38 +1,59 @@
 """Stepwise credit for one group of verifiers v1 episodes (all rollouts of one prompt).
 
-    score_group(episodes, estimator) -> per-turn advantages, one list per trace
+    score_group(episodes, estimator) -> one Credit per trace (None for an untrainable one)
 
 reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``) and, when recorded,
 each turn's anchor state (``turn_states``, which ``gigpo`` reads), runs the estimator on the
-group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). The
-result is also recorded on each trace as ``trace.info["turn_credit"]`` — the only place it
-shows for eval-client traces, which carry no tokens to write on.
+group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). What it
+decided is one record per trace, ``Credit``, kept once on the trace as
+``trace.info["stepwise_credit"]`` (serialized with it, so ``traces.jsonl`` carries it; read
+back with ``read_credit``). Hosts, metrics and the tests lay this record out; none of them
+reads the turns again. For eval-client traces, which carry no tokens, it is the only place the
+credit shows. The record, version 2:
+
+    version     2
+    estimator   the name the estimator was looked up by (or its class name)
+    reading     how the turns were read: "rewards" (``turn_rewards``), "scores" (``turn_scores``,
+                or ``turn_rewards`` read as scores) or "final_turn" (neither: ``missing``)
+    rewards     r_t, one per turn                     nodes   per turn, its sampled node indices
+    returns     R_t the advantages were taken from (``stepwise``), or None (other estimators)
+    advantages  A_t, one per turn; [] when excluded
+    excluded    why the trace was left out of its group, or None
+
+Version 1 (before 0.4, under the key ``"turn_credit"``): ``{"estimator", "rewards",
+"advantages"}`` or ``{"estimator", "excluded"}``, and on prime-rl also ``"turn_rewards"``
+naming the reading; ``read_credit`` reads it as a ``Credit`` with ``version`` 1 and what it
+did not record (nodes, returns, maybe the reading) None.
 
 Which traces form the group: trainable traces (``trace.agent.trainable``) of episodes and
 traces that completed without error. Errored traces — ``trace.ok`` False, or an episode whose
 ``ok`` is False (its env hook raised or its deadline expired) — are excluded: they get no
 advantages (``node.advantages`` stays None, which verifiers reads as "never scored") and do
-not enter the baseline, and ``trace.info["turn_credit"]["excluded"]`` says why. The reason:
-a model-server fault or crash cuts the trajectory short for reasons the policy did not choose;
-its missing later turns would bias every discounted return it holds, and learning from it
-would teach the policy about infrastructure. The turn rewards it earned stay on the trace.
-A stop the policy caused (a turn or token limit, an agent timeout) is not an error: such
-traces are scored.
+not enter the baseline, and their record says why. The reason: a model-server fault or crash
+cuts the trajectory short for reasons the policy did not choose; its missing later turns would
+bias every discounted return it holds, and learning from it would teach the policy about
+infrastructure. The turn rewards it earned stay on the trace and in its record. A stop the
+policy caused (a turn or token limit, an agent timeout) is not an error: such traces are scored.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, TraceError
 from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.traces.turns import (
+    TURN_SCORES,
     Reading,
     TraceTurns,
     TurnSchemaError,
+    deprecated_reading,
     place_advantages,
     read_turn_states,
     read_turns,
@@ -42,15 +63,79 @@ from verifiers_stepwise.traces.turns import (
 if TYPE_CHECKING:
     from verifiers.v1 import Episode, Trace
 
-__all__ = ["CREDIT", "Missing", "MissingTurnRewards", "credit_turns", "exclusion_reason", "score_group"]
+__all__ = [
+    "CREDIT",
+    "CREDIT_VERSION",
+    "Credit",
+    "Missing",
+    "MissingTurnRewards",
+    "Source",
+    "exclusion_reason",
+    "read_credit",
+    "score_group",
+    "scored_turns",
+]
 
-CREDIT = "turn_credit"
+CREDIT = "stepwise_credit"
+"""The ``trace.info`` key of a trace's credit record."""
+CREDIT_VERSION = 2
+_CREDIT_V1 = "turn_credit"  # version 1's key
 
 Missing = Literal["final_turn", "error"]
+Source = Literal["rewards", "scores", "final_turn"]
+"""Where a trace's turn rewards came from (a credit record's ``reading``)."""
 
 
 class MissingTurnRewards(TurnSchemaError):
     """A trace records no per-turn rewards and ``missing="error"`` was asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """One trace's credit as ``score_group`` made it (module docstring: the fields)."""
+
+    estimator: str
+    reading: Source | None
+    rewards: list[float]
+    nodes: list[list[int]] | None
+    advantages: list[float]
+    returns: list[float] | None = None
+    excluded: str | None = None
+    version: int = CREDIT_VERSION
+
+    def to_info(self) -> dict[str, Any]:
+        """The record as ``trace.info`` keeps it (plain JSON types)."""
+        return asdict(self)
+
+
+def read_credit(trace: Trace) -> Credit | None:
+    """The credit record on ``trace`` (version 2, or version 1 under its old key), or None when
+    it was never scored. Raises TraceError when the record is not one ``score_group`` writes."""
+    info = trace.info or {}
+    raw = info.get(CREDIT)
+    if raw is None:
+        old = info.get(_CREDIT_V1)
+        return None if old is None else _version_1(trace, old)
+    try:
+        if raw.get("version") != CREDIT_VERSION:
+            raise TypeError(f"version {raw.get('version')!r}, this package writes {CREDIT_VERSION}")
+        return Credit(**raw)
+    except (AttributeError, TypeError) as error:
+        raise TraceError(f"trace {trace.id}: trace.info[{CREDIT!r}] is not a credit record: {error}") from None
+
+
+def _version_1(trace: Trace, raw: Any) -> Credit:
+    if not isinstance(raw, Mapping) or "estimator" not in raw:
+        raise TraceError(f"trace {trace.id}: trace.info[{_CREDIT_V1!r}] is not a version 1 credit record")
+    return Credit(
+        estimator=raw["estimator"],
+        reading=raw.get("turn_rewards"),
+        rewards=list(raw.get("rewards", [])),
+        nodes=None,
+        advantages=list(raw.get("advantages", [])),
+        excluded=raw.get("excluded"),
+        version=1,
+    )
 
 
 def score_group(
@@ -58,9 +143,11 @@ def score_group(
     estimator: Estimator | str,
     *,
     missing: Missing = "final_turn",
-    turn_rewards: Reading = "rewards",
-) -> list[list[float]]:
-    """Advantages for every turn of a group's trainable, error-free traces, written on nodes.
+    reading: Reading = "rewards",
+    turn_rewards: Reading | None = None,
+) -> list[Credit | None]:
+    """Credit every turn of a group's trainable, error-free traces: advantages on their nodes,
+    and each trainable trace's record on ``trace.info["stepwise_credit"]``.
 
     Args:
       episodes: the episodes of one group (one prompt, all its rollouts).
@@ -69,46 +156,66 @@ def score_group(
       missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
         is a turn, the earlier ones with reward 0 and the last with the trace's reward
         ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
-      turn_rewards: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
+      reading: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
         ``None`` rejected) or "scores" (per-turn scores φ_t, ``None`` = unscored, credited by
         differences as prime-rl PR #3282 reads the key; see ``traces.turns``).
+      turn_rewards: the old name of ``reading`` (deprecated).
 
     Returns:
-      One list per trace, in episode order then trace order: the per-turn advantages of a
-      scored trace, ``[]`` for an untrainable or excluded one.
+      One record per trace, in episode order then trace order; None for an untrainable trace.
+      An excluded trace's record has no advantages and says why in ``excluded``.
     """
+    reading = deprecated_reading(reading, turn_rewards, "score_group")
     if missing not in ("final_turn", "error"):
         raise ConfigError(f"missing must be 'final_turn' or 'error', got {missing!r}")
     if isinstance(estimator, str):
-        label, estimator = estimator, get_estimator(estimator)
-    elif isinstance(estimator, Estimator):
-        label = type(estimator).__name__
-    else:
+        estimator = get_estimator(estimator)
+    elif not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")
+    label = estimator.name or type(estimator).__name__
     traces = [(episode, trace) for episode in episodes for trace in episode.traces]
-    advantages: list[list[float]] = [[] for _ in traces]
-    group: list[tuple[int, Trace, TraceTurns]] = []
+    records: list[Credit | None] = [None] * len(traces)
+    group: list[tuple[int, Trace, TraceTurns, Source]] = []
     for k, (episode, trace) in enumerate(traces):
         if not trace.agent.trainable:
             continue
         reason = exclusion_reason(episode, trace)
         if reason is not None:
-            trace.info[CREDIT] = {"estimator": label, "excluded": reason}
+            records[k] = _record(trace, _excluded(trace, label, reason, reading))
             continue
-        group.append((k, trace, credit_turns(trace, missing, turn_rewards)))
+        group.append((k, trace, *scored_turns(trace, missing, reading)))
     if not group:
-        return advantages
-    rewards = [turns.rewards for _, _, turns in group]
-    states = [read_turn_states(trace, len(turns.rewards)) for _, trace, turns in group]
-    if any(row is not None for row in states):  # anchor states, for estimators that group by them (gigpo)
-        scored = estimator(rewards, [[None] * len(r) if row is None else row for row, r in zip(states, rewards)])
-    else:
-        scored = estimator(rewards)
-    for (k, trace, turns), values in zip(group, scored):
+        return records
+    rewards = [turns.rewards for _, _, turns, _ in group]
+    states = [read_turn_states(trace, len(turns.rewards)) for _, trace, turns, _ in group]
+    anchored = any(row is not None for row in states)  # anchor states, for estimators that group by them (gigpo)
+    batch = RaggedBatch.from_groups(
+        [rewards], [[[None] * len(r) if row is None else row for row, r in zip(states, rewards)]] if anchored else None
+    )
+    estimate = estimator.estimate(batch)
+    (advantages,) = batch.split(estimate.advantages)
+    returns = batch.split(estimate.returns)[0] if estimate.returns is not None else [None] * len(group)
+    for (k, trace, turns, source), values, turn_returns in zip(group, advantages, returns):
         place_advantages(trace, turns, values)
-        trace.info[CREDIT] = {"estimator": label, "rewards": turns.rewards, "advantages": values}
-        advantages[k] = values
-    return advantages
+        records[k] = _record(trace, Credit(label, source, turns.rewards, turns.nodes, values, turn_returns))
+    return records
+
+
+def _record(trace: Trace, credit: Credit) -> Credit:
+    trace.info.pop(_CREDIT_V1, None)  # a version 1 record from an earlier scoring is superseded
+    trace.info[CREDIT] = credit.to_info()
+    return credit
+
+
+def _excluded(trace: Trace, label: str, reason: str, reading: Reading) -> Credit:
+    """An excluded trace's record: the turns it earned, if they can be read, and why it is out."""
+    try:
+        turns = read_turns(trace, reading)
+    except TurnSchemaError as error:  # an errored trace may stop mid-turn; say so, keep the reason
+        return Credit(label, None, [], None, [], excluded=f"{reason}; its turn data does not read: {error}")
+    if turns is None:
+        return Credit(label, None, [], None, [], excluded=reason)
+    return Credit(label, _source(trace, reading), turns.rewards, turns.nodes, [], excluded=reason)
 
 
 def exclusion_reason(episode: Episode, trace: Trace) -> str | None:
@@ -125,17 +232,23 @@ def _last_error(errors: Sequence[Any]) -> str:
     return f": {errors[-1].type}: {errors[-1].message}" if errors else ""
 
 
-def credit_turns(trace: Trace, missing: Missing = "final_turn", turn_rewards: Reading = "rewards") -> TraceTurns:
-    """The turns credited for a trace that is scored: the turns it records (``read_turns``, with
-    ``turn_rewards`` saying how that key is read),
+def _source(trace: Trace, reading: Reading) -> Source:
+    return "scores" if reading == "scores" or TURN_SCORES in (trace.info or {}) else "rewards"
+
+
+def scored_turns(
+    trace: Trace, missing: Missing = "final_turn", reading: Reading = "rewards"
+) -> tuple[TraceTurns, Source]:
+    """The turns credited for a trace that is scored, and where their rewards came from: the
+    turns it records (``read_turns``, with ``reading`` saying how ``turn_rewards`` is read),
     or, when it records none (no ``turn_rewards``, or an empty list: no turn was scored), what
     ``missing`` says: "final_turn" makes every sampled node a turn, the earlier ones with
     reward 0 and the last with ``trace.reward`` (one turn without nodes when the model never
-    spoke); "error" raises MissingTurnRewards. ``score_group`` and ``vf-stepwise`` both
-    decide with this one rule."""
-    turns = read_turns(trace, turn_rewards)
+    spoke); "error" raises MissingTurnRewards. ``score_group``, ``vf-stepwise`` and the
+    torchtitan rollouter all decide with this one rule."""
+    turns = read_turns(trace, reading)
     if turns is not None:
-        return turns
+        return turns, _source(trace, reading)
     if missing == "error":
         raise MissingTurnRewards(
             f"trace {trace.id}: no turn_rewards in trace.info (missing='final_turn' would score the trace "
@@ -146,5 +259,17 @@ def credit_turns(trace: Trace, missing: Missing = "final_turn", turn_rewards: Re
         raise TurnSchemaError(f"trace {trace.id}: trace reward {reward!r} is not finite")
     sampled = sampled_nodes(trace)
     if not sampled:
-        return TraceTurns([reward], [[]])
-    return TraceTurns([0.0] * (len(sampled) - 1) + [reward], [[i] for i in sampled])
+        return TraceTurns([reward], [[]]), "final_turn"
+    return TraceTurns([0.0] * (len(sampled) - 1) + [reward], [[i] for i in sampled]), "final_turn"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "credit_turns":  # renamed in 0.4: "credit" named both this rule and the record
+        warnings.warn(
+            "verifiers_stepwise.traces.credit.credit_turns is deprecated: use scored_turns (which also returns "
+            "where the rewards came from)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return lambda trace, missing="final_turn", turn_rewards="rewards": scored_turns(trace, missing, turn_rewards)[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

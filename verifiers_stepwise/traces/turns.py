@@ -31,8 +31,8 @@ and they are read as rewards by differences (potential-based, so Σ_t r_t = the 
 
 prime-rl's open turn-credit PR #3282 reads ``turn_rewards`` itself as such scores. An env
 written for that reading writes scores (maybe ``None``) under ``turn_rewards``; here
-``turn_rewards`` means rewards, so ``read_turns(trace, turn_rewards="scores")`` (and
-``score_group(..., turn_rewards="scores")``) is the setting that reads it as scores. With the
+``turn_rewards`` means rewards, so ``read_turns(trace, reading="scores")`` (and
+``score_group(..., reading="scores")``) is the setting that reads it as scores. With the
 default reading a ``None`` in ``turn_rewards`` is rejected with a message naming that setting,
 never read as 0; a trace holding both keys is rejected as ambiguous. (Cumulative scores without
 any ``None`` cannot be told from rewards by looking: that is what the setting is for.)
@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, count
@@ -91,6 +92,7 @@ __all__ = [
     "append_turn",
     "append_turn_score",
     "append_turn_state",
+    "deprecated_reading",
     "forfeit_turns",
     "place_advantages",
     "read_turn_states",
@@ -125,11 +127,12 @@ class TraceTurns(NamedTuple):
     nodes: list[list[int]]
 
 
-def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | None:
+def read_turns(trace: Trace, reading: Reading = "rewards", *, turn_rewards: Reading | None = None) -> TraceTurns | None:
     """The validated turns of ``trace``, or None when it records neither ``turn_rewards`` nor
     ``turn_scores``, or an empty list (no turn was scored; ``turn_nodes`` is then not read).
-    Scores (``turn_scores``, or ``turn_rewards`` with ``turn_rewards="scores"``) come back as
-    rewards by differences (module docstring).
+    Scores (``turn_scores``, or ``turn_rewards`` with ``reading="scores"``) come back as
+    rewards by differences (module docstring). ``turn_rewards`` is ``reading``'s old name
+    (deprecated).
 
     Raises TurnSchemaError when a reward is not a finite number, when ``turn_nodes`` and
     ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
@@ -137,6 +140,8 @@ def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | 
     (without ``turn_nodes``) when the reward count differs from the sampled-node count.
     The result is read-only: its ``nodes`` may be the very lists held in ``trace.info``.
     """
+    if turn_rewards is not None:
+        reading = deprecated_reading(reading, turn_rewards, "read_turns")
     info = trace.info or {}
     raw_rewards = info.get(TURN_REWARDS, _ABSENT)
     raw_scores = info.get(TURN_SCORES, _ABSENT)
@@ -149,10 +154,10 @@ def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | 
         raw_rewards = score_differences(_scores(trace, raw_scores, TURN_SCORES))
     elif raw_rewards is _ABSENT:
         return None
-    elif turn_rewards == "scores":
+    elif reading == "scores":
         raw_rewards = score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
-    elif turn_rewards != "rewards":
-        raise ConfigError(f"turn_rewards must be 'rewards' or 'scores', got {turn_rewards!r}")
+    elif reading != "rewards":
+        raise ConfigError(f"reading must be 'rewards' or 'scores', got {reading!r}")
     if type(raw_rewards) is list and not raw_rewards:
         return None  # no turn was scored
     # Trainers read every trace every step, so the usual case is checked first with a few
@@ -181,6 +186,16 @@ def read_turns(trace: Trace, turn_rewards: Reading = "rewards") -> TraceTurns | 
         if listed == sampled and set(map(type, listed)) == {int}:
             return TraceTurns(rewards, raw_nodes)
     return TraceTurns(rewards, _turn_nodes(trace, raw_nodes, len(rewards), sampled))
+
+
+def deprecated_reading(reading: Reading, turn_rewards: Reading | None, where: str) -> Reading:
+    """``reading``, or the value passed under its old name ``turn_rewards`` (with a warning)."""
+    if turn_rewards is None:
+        return reading
+    warnings.warn(
+        f"{where}(turn_rewards=...) is deprecated: the setting is called reading", DeprecationWarning, stacklevel=3
+    )
+    return turn_rewards
 
 
 def sampled_nodes(trace: Trace) -> list[int]:
@@ -418,7 +433,7 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
             raise TurnSchemaError(
                 f"trace {trace.id}: turn {t} reward is None; {TURN_REWARDS} holds per-turn rewards here. "
                 f"Per-turn scores with None for unscored turns (prime-rl PR #3282's reading) belong "
-                f"under {TURN_SCORES}, or read these traces with turn_rewards='scores'"
+                f"under {TURN_SCORES}, or read these traces with reading='scores' (vf-stepwise: --turn-rewards scores)"
             )
         try:  # an int past float64's range (JSON allows 400 digits) overflows here
             value = float(r) if isinstance(r, numbers.Real) and not isinstance(r, bool) else math.nan

@@ -12,7 +12,7 @@ One episode (one trace: the seat being trained) is one TRL sample. Its trace hol
 
 An episode whose model call failed (or that errored otherwise) keeps the tokens it produced,
 carries reward None (TRL counts it unscorable) and no advantage; ``score_group`` leaves it out
-of its group's baseline and records why on ``trace.info["turn_credit"]``. An episode with no
+of its group's baseline and its credit record says why. An episode with no
 tokens after its prompt (or none at all: its first call failed) gets one pad token outside the
 loss in each empty part, since TRL needs a non-empty prompt and completion.
 """
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.traces.credit import CREDIT, score_group
-from verifiers_stepwise.traces.turns import read_turns
+from verifiers_stepwise.traces.credit import Credit, score_group
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -44,12 +43,14 @@ class EpisodeSample:
     advantages: list[float]
     reward: float | None
     """The trace's reward (TRL's ``reward`` metric); None when the episode errored."""
-    turn_rewards: list[float]
-    turn_advantages: list[float]
-    """The turns as ``score_group`` credited them (its record on the trace); empty when the
-    episode was excluded from credit (its ``turn_rewards`` then are the turns it earned)."""
-    excluded: str | None
-    """Why ``score_group`` left the episode out, or None."""
+    credit: Credit
+    """The trace's credit record, which the loss (``advantages``) and the metrics both lay out;
+    an excluded episode's has no advantages, its ``rewards`` are the turns it earned."""
+
+    @property
+    def excluded(self) -> str | None:
+        """Why ``score_group`` left the episode out, or None."""
+        return self.credit.excluded
 
 
 def score_groups(
@@ -58,34 +59,29 @@ def score_groups(
     """Score each group with ``estimator`` and lay every episode out, groups in order."""
     samples: list[EpisodeSample] = []
     for episodes in groups:
-        score_group(episodes, estimator)
-        samples.extend(episode_sample(episode, pad_token_id) for episode in episodes)
+        records = iter(score_group(episodes, estimator))
+        for episode in episodes:
+            credits = [credit for trace, credit in zip(episode.traces, records) if trace.agent.trainable]
+            samples.append(episode_sample(episode, credits, pad_token_id))
     return samples
 
 
-def episode_sample(episode: vf.Episode, pad_token_id: int) -> EpisodeSample:
-    """The TRL sample of one scored episode; raises ValueError when it cannot be one sample."""
+def episode_sample(episode: vf.Episode, credits: Sequence[Credit | None], pad_token_id: int) -> EpisodeSample:
+    """The TRL sample of one scored episode, given its trainable traces' credit records; raises
+    ValueError when it cannot be one sample."""
     trainable = [trace for trace in episode.traces if trace.agent.trainable]
     if len(trainable) != 1:
         raise ValueError(
             f"episode {episode.id}: the TRL host trains one seat, but the episode has {len(trainable)} trainable traces"
         )
-    (trace,) = trainable
+    (trace,), (credit,) = trainable, credits
+    assert credit is not None  # score_group records every trainable trace
     branches = trace.branches
     if len(branches) > 1:
         raise ValueError(
             f"trace {trace.id}: {len(branches)} branches; one TRL sample needs one (re-rendered turns fork the "
             "graph — use the TurnFormatRenderer, which extends the conversation token by token)"
         )
-    credit = trace.info.get(CREDIT, {})
-    excluded = credit.get("excluded")
-    # A scored episode's turns are its credit record's, so the metrics show what the loss trains
-    # on; an excluded one keeps the turns it earned (read from the trace), trained on by nothing.
-    if excluded:
-        turns = read_turns(trace)
-        turn_rewards = turns.rewards if turns is not None else []
-    else:
-        turn_rewards = list(credit.get("rewards", []))
     tokens, mask, logprobs, advantages = [], [], [], None
     if branches:
         branch = branches[0]
@@ -101,8 +97,6 @@ def episode_sample(episode: vf.Episode, pad_token_id: int) -> EpisodeSample:
         env_mask=env_mask,
         logprobs=logprobs,
         advantages=advantages,
-        reward=None if excluded else trace.reward,
-        turn_rewards=turn_rewards,
-        turn_advantages=[] if excluded else list(credit.get("advantages", [])),
-        excluded=excluded,
+        reward=None if credit.excluded else trace.reward,
+        credit=credit,
     )

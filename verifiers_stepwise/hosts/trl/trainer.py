@@ -237,16 +237,16 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         metrics["episodes/errored"].append(1 - len(scored) / len(samples))
         if not scored:
             return
-        metrics["turns/mean"].append(sum(len(s.turn_rewards) for s in scored) / len(scored))
-        rewards = [r for s in scored for r in s.turn_rewards]
-        advantages = [a for s in scored for a in s.turn_advantages]
+        metrics["turns/mean"].append(sum(len(s.credit.rewards) for s in scored) / len(scored))
+        rewards = [r for s in scored for r in s.credit.rewards]
+        advantages = [a for s in scored for a in s.credit.advantages]
         if rewards:
             metrics["turn_rewards/mean"].append(sum(rewards) / len(rewards))
         if advantages:
             metrics["turn_advantages/mean"].append(sum(advantages) / len(advantages))
             metrics["turn_advantages/abs_mean"].append(sum(map(abs, advantages)) / len(advantages))
-        for t in range(max(len(s.turn_rewards) for s in scored)):
-            at_t = [s.turn_rewards[t] for s in scored if len(s.turn_rewards) > t]
+        for t in range(max(len(s.credit.rewards) for s in scored)):
+            at_t = [s.credit.rewards[t] for s in scored if len(s.credit.rewards) > t]
             metrics[f"turn_rewards/turn_{t}"].append(sum(at_t) / len(at_t))
 
     def create_model_card(  # type: ignore[override]  # TRL's BaseTrainer signature
