@@ -147,7 +147,7 @@ def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, 
     L = max_k T_k:
 
         R̃_{k,t} = R_{k,t} if T_k > t, else 0      (k stopped: its absorbing state earns nothing more)
-        X_t     = {R̃_{k,t} : k = 1..G}            for t = 0..L − 1, always G values
+        X_t     = {R̃_{k,t} : k = 0..G − 1}        for t = 0..L − 1, always G values
         A_{j,t} = A(R_{j,t}; X_t)                 A of the module docstring
 
     Args:
@@ -158,9 +158,10 @@ def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, 
     Returns:
       (n_turns,) A_{j,t} in the same layout.
     """
+    # Each group's R̃ as an (L, G) table, row t holding X_t; the tables end to end, row by row.
     sizes = np.repeat(batch.group_sizes, batch.group_longest)  # (n_rows,) |X_t| = G, t = 0..L − 1
-    # X_t of every group laid end to end: R̃_{k,t} sits at cell k of row t.
-    cell = (np.cumsum(sizes) - sizes)[turn_rows(batch)] + np.repeat(batch.trajectory_in_group, batch.lengths)
+    row_start = np.cumsum(sizes) - sizes
+    cell = row_start[turn_rows(batch)] + np.repeat(batch.trajectory_in_group, batch.lengths)  # R̃_{k,t}: row t, k
     R_tilde = np.zeros(int(sizes.sum()))  # R̃_{k,t} = 0 where k stopped before t,
     R_tilde[cell] = returns  # R_{k,t} where T_k > t
     return normalize_segments(R_tilde, sizes, scale, eps)[cell]  # A(R_{j,t}; X_t) where T_j > t
