@@ -27,14 +27,18 @@ def test_estimators_benchmark_prints_budget_and_compiled_tables():
     out = result.stdout
     assert "budget: 4 groups x 16 trajectories x 1-8 turns" in out
     assert "compiled: 4 groups x 16 trajectories x 1-16 turns" in out
-    assert out.count("within") == 8  # every configuration, tiny batch
+    assert out.count("within") == 12  # every configuration, tiny batch
     assert "19.30" in out  # the compiled kernels' published per_turn time is printed beside ours
+    assert "default   sum         absorbing" in out and "gigpo     sum         anchor states" in out
+    assert out.count("(none published)") == 4  # absorbing (sum, max), the default and gigpo
 
 
 def test_estimators_benchmark_checks_numpy_against_plain_python():
     bench = load("estimators")
     rows = bench.run("budget", bench.Size(32, 16, 8), gamma=0.9, repeats=1, python_repeats=1)
-    assert {(r["aggregation"], r["baseline"]) for r in rows} == set(bench.COMPILED_MS)
+    stepwise = {(r["aggregation"], r["baseline"]) for r in rows if r["estimator"] == "stepwise"}
+    assert stepwise == set(bench.COMPILED_MS) | {("sum", "absorbing"), ("max", "absorbing")}
+    assert [r["estimator"] for r in rows if r["estimator"] != "stepwise"] == ["default", "gigpo"]
     assert all(r["numpy_ms"] > 0 and r["python_ms"] > 0 for r in rows)
 
 

@@ -21,6 +21,7 @@ from verifiers_stepwise import (
     get_estimator,
     zero_advantage_groups,
 )
+from verifiers_stepwise.estimators.baselines import turn_rows
 
 configs = st.builds(
     dict,
@@ -244,6 +245,21 @@ def test_n8_kevin_pooled_positional_bias_is_pinned():
 
 def test_n8_per_turn_baseline_removes_the_positional_bias():
     assert Stepwise(gamma=0.4, baseline="per_turn")([[1, 1, 1, 1], [1, 1, 1, 1]]) == [[0.0] * 4] * 2
+
+
+def test_per_turn_and_absorbing_hand_worked():
+    """γ 1, sum, mean-only; R = [2, 1] and [0]. X_0 = {2, 0} for both; X_1 = {1} for per_turn
+    (the other stopped), {1, 0} for absorbing (it enters with 0)."""
+    group = [[1.0, 1.0], [0.0]]
+    assert Stepwise(baseline="per_turn")(group) == [[1.0, 0.0], [-1.0]]
+    assert Stepwise(baseline="absorbing")(group) == [[1.0, 0.5], [-1.0]]
+
+
+def test_turn_rows_lay_each_groups_turn_indices_end_to_end():
+    batch = RaggedBatch.from_groups([[[1.0, 2.0, 3.0], [4.0]], [[5.0, 6.0], [7.0, 8.0], [9.0]]])
+    assert batch.group_longest.tolist() == [3, 2]
+    assert batch.trajectory_in_group.tolist() == [0, 1, 0, 1, 2]
+    assert turn_rows(batch).tolist() == [0, 1, 2, 0, 3, 4, 3, 4, 3]  # group 1's rows follow group 0's 3
 
 
 def test_per_turn_baseline_depends_on_when_trajectories_stopped():

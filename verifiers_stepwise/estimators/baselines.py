@@ -6,14 +6,16 @@ For a multiset X of returns (one comparison set) and x ∈ X:
     scale="none":  A(x) = x − mean(X)                       mean-only (Dr. GRPO)
     leave-one-out: x − (ΣX − x) / (|X| − 1) = |X| / (|X| − 1) · (x − mean(X))   (RLOO; same scale)
 
-Which returns form X is the baseline:
+Which returns form X is the baseline. In a group of G trajectories k, T_k turns each, with
+returns R_{k,t} (t = 0..T_k − 1), turn t of trajectory j is compared with:
 
-    pooled         every turn of every trajectory of the group (Kevin)
-    per_turn       turn t of the trajectories of the group that reached turn t
-    absorbing      turn t of every trajectory of the group; one that stopped before t enters
-                   with R = 0, the return of the absorbing state it is in (nothing more earned)
-    leave_one_out  the pooled set, without x
-    trajectory     each trajectory's first-turn return; its advantage goes on all of its turns
+    pooled         X = {R_{k,s} : every k, s}                 every turn of the group (Kevin)
+    per_turn       X_t = {R_{k,t} : T_k > t}                  turn t of those that reached turn t
+    absorbing      X_t = {R̃_{k,t} : every k},                 turn t of all G trajectories, one that
+                   R̃_{k,t} = R_{k,t} if T_k > t, else 0       stopped entering with the return of the
+                                                              absorbing state it is in (nothing more)
+    leave_one_out  X = the pooled set, without R_{j,t}
+    trajectory     X = {R_{k,0} : every k}                    first-turn returns; A_{j,t} = A(R_{j,0})
 
 Why "absorbing": with per_turn the turn-t set holds only trajectories that went on to turn t,
 so its size, mean and std depend on when each trajectory chose to stop, itself included (a lone
@@ -67,22 +69,23 @@ def normalize_segments(
         return x.copy()
     starts = np.cumsum(sizes) - sizes
     hi, lo = np.maximum.reduceat(x, starts), np.minimum.reduceat(x, starts)
-    # 2^e >= max|X|, so z = x / 2^e lies in [-1, 1] and z² cannot overflow.
+    # In units of 2^e >= max|X| (an exact rescaling): z = x / 2^e lies in [-1, 1], z² cannot overflow.
     _, e = np.frexp(np.maximum(hi, -lo))
     e_each = np.repeat(e, sizes)
     z = np.ldexp(x, -e_each)
-    deviation = z - np.repeat(np.add.reduceat(z, starts) / sizes, sizes)
-    factor = np.repeat(sizes / np.maximum(sizes - 1, 1), sizes) if leave_one_out else 1.0
+    mean = np.add.reduceat(z, starts) / sizes  # mean(X) / 2^e
+    deviation = z - np.repeat(mean, sizes)  # (x − mean(X)) / 2^e
+    factor = np.repeat(sizes / np.maximum(sizes - 1, 1), sizes) if leave_one_out else 1.0  # |X| / (|X| − 1)
     if scale == "std":
-        std = np.sqrt(np.add.reduceat(deviation * deviation, starts) / sizes)
-        # 0/0 only in all-equal sets, zeroed below; ε / 2^e overflows only when ε ≫ max|X|, and x / inf = 0
-        # is then the right limit
+        std = np.sqrt(np.add.reduceat(deviation * deviation, starts) / sizes)  # std(X) / 2^e
+        # 0/0 only in all-equal sets, zeroed below; ε / 2^e overflows only when ε ≫ max|X|, and
+        # x / inf = 0 is then the right limit
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            advantages = deviation * factor / np.repeat(std + np.ldexp(eps, -e), sizes)
+            advantages = deviation * factor / np.repeat(std + np.ldexp(eps, -e), sizes)  # 2^e cancels
     else:
         with np.errstate(over="ignore"):
-            advantages = np.ldexp(deviation * factor, e_each)
-    advantages[np.repeat(hi == lo, sizes)] = 0.0
+            advantages = np.ldexp(deviation * factor, e_each)  # back to units of 1
+    advantages[np.repeat(hi == lo, sizes)] = 0.0  # an all-equal set: exactly 0, not rounding noise
     return advantages
 
 
@@ -97,12 +100,7 @@ def baseline_advantages(
         firsts = returns[batch.trajectory_starts]
         advantages = np.repeat(normalize_segments(firsts, batch.group_sizes, scale, eps), batch.lengths)
     elif baseline == "per_turn":
-        # Make each (group, turn index) set contiguous, normalize, and put the values back.
-        longest = np.maximum.reduceat(batch.lengths, batch.group_starts) if batch.n_groups else batch.lengths
-        key = np.repeat(np.cumsum(longest) - longest, batch.group_turns) + batch.turn_index
-        order = np.argsort(key, kind="stable")
-        advantages = np.empty_like(returns)
-        advantages[order] = normalize_segments(returns[order], np.bincount(key), scale, eps)
+        advantages = per_turn_advantages(batch, returns, scale, eps)
     elif baseline == "absorbing":
         advantages = absorbing_advantages(batch, returns, scale, eps)
     else:
@@ -118,26 +116,59 @@ def baseline_advantages(
     return advantages
 
 
-def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
-    """(n_turns,) advantages against the absorbing per-turn baseline (module docstring).
+def per_turn_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
+    """Each turn against the same turn index of the trajectories of its group that reached it.
 
-    Pads each group to a (L_g, G_g) table, L_g its longest trajectory, laid out index by index:
-    cell (t, j) holds R_{j,t} when trajectory j has turn t and 0 (its absorbing state) when it
-    stopped earlier; each row is normalized and the real turns are read back.
+    For a group of trajectories k with T_k turns and returns R_{k,t}, t = 0..T_k − 1:
+
+        X_t     = {R_{k,t} : T_k > t}
+        A_{j,t} = A(R_{j,t}; X_t)             A of the module docstring
+
+    Args:
+      batch: the groups and trajectory lengths.
+      returns: (n_turns,) R_{k,t} in the flat layout of ``batch.rewards``.
+      scale, eps: as in ``normalize_segments``.
+
+    Returns:
+      (n_turns,) A_{j,t} in the same layout.
     """
-    if batch.n_turns == 0:
-        return returns.copy()
-    longest = np.maximum.reduceat(batch.lengths, batch.group_starts)  # (n_groups,)
-    table = longest * batch.group_sizes  # (n_groups,) cells per group
-    first_cell = np.cumsum(table) - table
-    j_in_group = np.arange(batch.n_trajectories) - np.repeat(batch.group_starts, batch.group_sizes)
-    group_of_turn = batch.group_of_turn
-    cell = (
-        first_cell[group_of_turn]
-        + batch.turn_index * batch.group_sizes[group_of_turn]
-        + np.repeat(j_in_group, batch.lengths)
-    )
-    padded = np.zeros(int(table.sum()))
-    padded[cell] = returns
-    rows = np.repeat(batch.group_sizes, longest)  # (Σ L_g,) every row has G_g cells
-    return normalize_segments(padded, rows, scale, eps)[cell]
+    row = turn_rows(batch)  # (n_turns,) the X_t each turn belongs to
+    by_row = np.argsort(row, kind="stable")  # each X_t contiguous, its trajectories in order
+    sizes = np.bincount(row)  # |X_t| = #{k : T_k > t}
+    advantages = np.empty_like(returns)
+    advantages[by_row] = normalize_segments(returns[by_row], sizes, scale, eps)  # A(R_{j,t}; X_t)
+    return advantages
+
+
+def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
+    """Each turn against the same turn index of every trajectory of its group.
+
+    For a group of G trajectories k with T_k turns and returns R_{k,t}, t = 0..T_k − 1, and
+    L = max_k T_k:
+
+        R̃_{k,t} = R_{k,t} if T_k > t, else 0      (k stopped: its absorbing state earns nothing more)
+        X_t     = {R̃_{k,t} : k = 0..G − 1}        for t = 0..L − 1, always G values
+        A_{j,t} = A(R_{j,t}; X_t)                 A of the module docstring
+
+    Args:
+      batch: the groups and trajectory lengths.
+      returns: (n_turns,) R_{k,t} in the flat layout of ``batch.rewards``.
+      scale, eps: as in ``normalize_segments``.
+
+    Returns:
+      (n_turns,) A_{j,t} in the same layout.
+    """
+    # Each group's R̃ as an (L, G) table, row t holding X_t; the tables end to end, row by row.
+    sizes = np.repeat(batch.group_sizes, batch.group_longest)  # (n_rows,) |X_t| = G, t = 0..L − 1
+    row_start = np.cumsum(sizes) - sizes
+    cell = row_start[turn_rows(batch)] + np.repeat(batch.trajectory_in_group, batch.lengths)  # R̃_{k,t}: row t, k
+    R_tilde = np.zeros(int(sizes.sum()))  # R̃_{k,t} = 0 where k stopped before t,
+    R_tilde[cell] = returns  # R_{k,t} where T_k > t
+    return normalize_segments(R_tilde, sizes, scale, eps)[cell]  # A(R_{j,t}; X_t) where T_j > t
+
+
+def turn_rows(batch: RaggedBatch) -> np.ndarray:
+    """(n_turns,) the row of each turn when turn indices t = 0..L − 1 of each group (L its
+    longest trajectory) are rows, the groups' rows end to end: Σ(L of earlier groups) + t."""
+    first_row = np.cumsum(batch.group_longest) - batch.group_longest
+    return np.repeat(first_row, batch.group_turns) + batch.turn_index

@@ -170,6 +170,11 @@ class RaggedBatch:
         return np.cumsum(self.group_sizes) - self.group_sizes
 
     @cached_property
+    def group_longest(self) -> np.ndarray:
+        """(n_groups,) turns of each group's longest trajectory."""
+        return np.maximum.reduceat(self.lengths, self.group_starts) if self.n_groups else self.lengths[:0]
+
+    @cached_property
     def group_turn_starts(self) -> np.ndarray:
         """(n_groups,) flat index of each group's first turn."""
         return np.cumsum(self.group_turns) - self.group_turns
@@ -178,6 +183,11 @@ class RaggedBatch:
     def group_of_trajectory(self) -> np.ndarray:
         """(n_traj,) group index of each trajectory."""
         return np.repeat(np.arange(self.n_groups), self.group_sizes)
+
+    @cached_property
+    def trajectory_in_group(self) -> np.ndarray:
+        """(n_traj,) position of each trajectory inside its group, from 0."""
+        return np.arange(self.n_trajectories) - np.repeat(self.group_starts, self.group_sizes)
 
     @cached_property
     def group_of_turn(self) -> np.ndarray:
