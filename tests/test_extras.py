@@ -57,7 +57,7 @@ FEATURES = {
         "torchtitan",
         f"verifiers_stepwise.hosts.torchtitan needs torchtitan, which is not installed: {TITAN}",
     ),
-    "verifiers_stepwise.hosts.torchtitan_recipes": (
+    "verifiers_stepwise.hosts.torchtitan.config_registry": (
         "torchtitan",
         # the recipes import the adapter first, which is what finds torchtitan missing
         f"verifiers_stepwise.hosts.torchtitan needs torchtitan, which is not installed: {TITAN}",

@@ -34,7 +34,7 @@ from verifiers_stepwise.hosts.torchtitan import (
     TurnAdvantages,
     env_turns,
 )
-from verifiers_stepwise.hosts.torchtitan_recipes import (
+from verifiers_stepwise.hosts.torchtitan.config_registry import (
     StepwiseDapoMathEnv,
     StepwiseDapoMathRollouter,
 )

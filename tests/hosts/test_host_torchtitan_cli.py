@@ -21,7 +21,7 @@ from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from verifiers_stepwise import ConfigError
 from verifiers_stepwise.extras import TrainerDependencyMissing, requires
 from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, StepwiseTrainingSampleBuilder, check_credit
-from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 
 SECTIONS = ["--module", "tests.hosts.titan_sections"]
 
@@ -84,14 +84,14 @@ def test_the_real_recipe_names_the_missing_dependency(recipe):
     # The module imports (no "Cannot import module"); calling the recipe loads torchtitan's
     # trainer, whose first missing import here is cloudpickle or a GPU-only package.
     with pytest.raises(TrainerDependencyMissing, match="not installed in this environment") as missing:
-        ConfigManager()._load_config(["--module", "verifiers_stepwise.hosts.torchtitan_recipes", "--config", recipe])
+        ConfigManager()._load_config(["--module", "verifiers_stepwise.hosts.torchtitan", "--config", recipe])
     assert importlib.util.find_spec(missing.value.name) is None
     assert repr(missing.value.name) in str(missing.value)
 
 
 _LOAD_THE_RECIPE = """
 from torchtitan.config.manager import ConfigManager
-args = ["--module", "verifiers_stepwise.hosts.torchtitan_recipes"]
+args = ["--module", "verifiers_stepwise.hosts.torchtitan"]
 args += ["--config", "rl_stepwise_verifiers_dapo_qwen3_4b_math"]
 ConfigManager()._load_config(args)
 """
@@ -128,3 +128,20 @@ def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_error
     with pytest.raises(ModuleNotFoundError):  # a torchtitan layout change is torchtitan's error
         with trainer_imports("torchtitan", gpu_only=GPU_ONLY):
             import torchtitan.no_such_module  # noqa: F401
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("torchtitan_verifiers", "torchtitan.verifiers"),
+        ("torchtitan_recipes", "torchtitan.config_registry"),
+    ],  # torchtitan_controller and torchtitan_main need torchtitan's GPU stack or main to import at all
+)
+def test_the_modules_old_names_warn_and_give_the_same_objects(old, new):
+    import sys
+
+    sys.modules.pop(f"verifiers_stepwise.hosts.{old}", None)  # the warning is given on import
+    with pytest.warns(DeprecationWarning, match=f"hosts.{old} is deprecated: use verifiers_stepwise.hosts.{new}"):
+        moved = importlib.import_module(f"verifiers_stepwise.hosts.{old}")
+    current = importlib.import_module(f"verifiers_stepwise.hosts.{new}")
+    assert moved.__all__ == current.__all__ and all(getattr(moved, n) is getattr(current, n) for n in current.__all__)

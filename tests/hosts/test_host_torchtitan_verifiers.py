@@ -29,11 +29,11 @@ from verifiers_stepwise.hosts.torchtitan import (
     StepwiseTrainingSampleBuilder,
     stepwise_advantage,
 )
-from verifiers_stepwise.hosts.torchtitan_verifiers import (
+from verifiers_stepwise.hosts.torchtitan.verifiers import (
     VERIFIERS_REWARD,
     VerifiersRollouter,
-    credit_rollout_turns,
     env_config,
+    label_rollout_turns,
     trace_to_turns,
 )
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
@@ -292,14 +292,14 @@ def test_a_turn_without_sampled_tokens_is_an_error_not_a_lost_reward():
 
 
 @pytest.mark.parametrize("fork", [False, True])
-def test_credit_rollout_turns_matches_this_rollouters_credit(fork):
+def test_label_rollout_turns_matches_this_rollouters_credit(fork):
     (trace,) = tool_episode([0.0, 0.5, 1.0], fork=fork).traces
     ours = trace_to_turns(trace, group_id=0, rollout_id=0)
     theirs = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)  # turns, no credit
-    credit_rollout_turns(trace, theirs)
+    label_rollout_turns(trace, theirs)
     assert [t.env_rewards for t in theirs] == [t.env_rewards for t in ours]
     with pytest.raises(ValueError, match="trace_to_rollout_turns changed"):
-        credit_rollout_turns(trace, theirs[1:])
+        label_rollout_turns(trace, theirs[1:])
 
 
 def test_the_bridge_says_it_needs_torchtitan_main():
@@ -308,7 +308,7 @@ def test_the_bridge_says_it_needs_torchtitan_main():
     if importlib.util.find_spec("torchtitan.rl") is not None:
         pytest.skip("torchtitan main is installed")
     with pytest.raises(ImportError, match="PR #4356.*torchtitan main"):
-        import verifiers_stepwise.hosts.torchtitan_main  # noqa: F401
+        import verifiers_stepwise.hosts.torchtitan.main  # noqa: F401
 
 
 def test_env_args_nest_by_dots_and_a_bad_env_fails_at_config_time():
@@ -347,7 +347,7 @@ _STARTS_AND_EXITS = """
 import asyncio, sys
 import tests.hosts.conftest
 from torchtitan.experiments.rl.renderer import RendererConfig
-from verifiers_stepwise.hosts.torchtitan_verifiers import VerifiersRollouter
+from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 rollouter = VerifiersRollouter.Config(taskset="stepwise-refine").build()
 renderer = RendererConfig(name="qwen3").build(tokenizer_path=qwen3_byte_tokenizer(sys.argv[1]))

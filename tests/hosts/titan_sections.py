@@ -1,11 +1,11 @@
 """A ``config_registry`` module for ``test_host_torchtitan_cli``: the rollouter sections of
-``hosts.torchtitan_recipes``' recipes, built by the functions the recipes use, so torchtitan's
+``hosts.torchtitan.config_registry``' recipes, built by the functions the recipes use, so torchtitan's
 ``ConfigManager`` parses CLI overrides into them on a machine without vLLM or Monarch (the
 recipes' ``Controller.Config`` needs both)."""
 
 from __future__ import annotations
 
-from verifiers_stepwise.hosts.torchtitan_recipes import (
+from verifiers_stepwise.hosts.torchtitan.config_registry import (
     StepwiseDapoMathEnv,
     StepwiseDapoMathRollouter,
     stepwise_verifiers_rollouter,

@@ -1,11 +1,10 @@
 """Trainer adapters: one short module per host trainer.
 
     prime_rl     prime-rl's orchestrator ``Algorithm`` (``[orchestrator.algo] type = "stepwise"``)
-    torchtitan   torchtitan RL's advantage component and training-sample builder
-    torchtitan_verifiers   a torchtitan 0.3.0 rollouter that runs verifiers envs (token_endpoint:
-                 the local generate endpoint verifiers' train client calls)
-    torchtitan_main        the same credit for torchtitan main's own Verifiers rollouter
-    torchtitan_recipes     torchtitan config-registry recipes
+    torchtitan   torchtitan RL (a subpackage): its advantage component and training-sample
+                 builder; ``verifiers``, a torchtitan 0.3.0 rollouter that runs verifiers envs;
+                 ``main``, the same credit for torchtitan main's own Verifiers rollouter;
+                 ``config_registry``, its recipes (``--module verifiers_stepwise.hosts.torchtitan``)
     tinker       tinker-cookbook's ``compute_advantages`` / ``assemble_training_data``
     trl          TRL's ``GRPOTrainer`` on verifiers episodes run in-process (a subpackage)
 

@@ -1,34 +1,12 @@
-"""torchtitan's ``Controller.Config`` that refuses a stepwise advantage without its builder.
+"""Deprecated (0.4): moved to ``verifiers_stepwise.hosts.torchtitan.controller``; this name re-exports it."""
 
-Imports torchtitan's controller, hence vLLM, Monarch and torchstore: GPU-only, so the
-recipes in ``hosts.torchtitan_recipes`` import this module only when a recipe is called.
-``Controller.Config.__post_init__`` runs whenever the config is constructed, which includes
-torchtitan's ``ConfigManager`` re-building it with the CLI's overrides, so the check
-(``hosts.torchtitan.check_credit``) sees the final config.
-"""
+import warnings
 
-from __future__ import annotations
+from verifiers_stepwise.hosts.torchtitan.controller import *  # noqa: F403
+from verifiers_stepwise.hosts.torchtitan.controller import __all__  # noqa: F401
 
-from dataclasses import dataclass, fields
-
-from verifiers_stepwise.hosts.torchtitan import check_credit, requires_torchtitan
-
-with requires_torchtitan("verifiers_stepwise.hosts.torchtitan_controller"):
-    from torchtitan.experiments.rl.controller import Controller
-
-__all__ = ["StepwiseController", "stepwise_controller"]
-
-
-class StepwiseController(Controller):
-    """torchtitan's controller, unchanged; only its config checks credit assignment."""
-
-    @dataclass(kw_only=True, slots=True)
-    class Config(Controller.Config):
-        def __post_init__(self) -> None:
-            Controller.Config.__post_init__(self)
-            check_credit(self)
-
-
-def stepwise_controller(config: Controller.Config) -> StepwiseController.Config:
-    """``config`` as a ``StepwiseController.Config`` (same fields, checked)."""
-    return StepwiseController.Config(**{f.name: getattr(config, f.name) for f in fields(config) if f.init})
+warnings.warn(
+    "verifiers_stepwise.hosts.torchtitan_controller is deprecated: use verifiers_stepwise.hosts.torchtitan.controller",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,5 +1,12 @@
 """torchtitan RL (0.3.0, ``torchtitan.experiments.rl``): each turn's advantage on its own tokens.
 
+    (this module)     StepwiseAdvantage and StepwiseTrainingSampleBuilder, for any torchtitan env
+    verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
+    main              StepwiseVerifiersRollouter: the same credit for torchtitan main's own
+                      Verifiers rollouter (PR #4356)
+    config_registry   the recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
+    controller        torchtitan's controller config, checked for a stepwise advantage's builder
+
 Shapes translated (checked against torchtitan 0.3.0 from PyPI):
 
     RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)

@@ -1,0 +1,563 @@
+"""torchtitan 0.3.0 trains on any verifiers environment, each turn credited on its own tokens.
+
+    Rollouter.Config  →  VerifiersRollouter.Config(taskset="stepwise-dapo-math",
+                                                   env_args={"max_turns": 4})
+
+The design of torchtitan's own Verifiers integration (pytorch/torchtitan PR #4356, on main
+after 0.3.0), rebuilt for the 0.3.0 release and with per-turn rewards carried through:
+
+1. Verifiers owns the episode: the env runs in verifiers' env server (``verifiers.v1.serve``,
+   in a subprocess, or in this process with ``env_in_process``), which calls the model through
+   verifiers' token-level train client (``TrainClientConfig``: renders with the same
+   ``renderers`` renderer torchtitan built, samples token ids).
+2. That client calls a local ``TokenEndpoint``, which forwards each generation to the
+   controller's ``GenerateFn`` (torchtitan's generator) and records its policy versions.
+3. Each trace becomes one torchtitan ``Rollout``: every contiguous span of sampled tokens is a
+   ``RolloutTurn`` (prompt = the branch's tokens before it, so torchtitan packs a linear trace
+   into one sample); a node shared by two branches is trained once. Turn t's reward from
+   ``trace.info["turn_rewards"]``/``["turn_nodes"]`` is written on the last span of turn t
+   (``env_rewards["turn_reward"]``) and every span of turn t names it
+   (``env_rewards["turn_index"]``), so a turn with several sampled replies (tool calls) is one
+   env turn. A trace without ``turn_rewards`` names no turns: its spans are turns with reward
+   0 and the last the trace reward — what ``traces.credit.score_group`` does with it.
+4. torchtitan scores (``VerifiersReward`` returns the trace reward) and estimates:
+   ``StepwiseAdvantage`` + ``StepwiseTrainingSampleBuilder`` (``hosts.torchtitan``) put
+   A_{j,t} on turn t's tokens.
+
+Checked against torchtitan 0.3.0 (``Rollouter``, ``RolloutTurn``, ``Rubric``) and verifiers
+0.4.0 (``EnvServer``, ``EnvClient``, ``TrainClientConfig``, ``Trace.branches``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import logging
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+
+from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
+from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage, requires_torchtitan
+from verifiers_stepwise.traces.turns import read_turns
+
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.verifiers", "tyro"):
+    import tyro
+    from torchtitan.config import Configurable
+    from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
+    from torchtitan.experiments.rl.rollout.rollouter import Rollouter
+    from torchtitan.experiments.rl.rollout.types import GenerateFn, Rollout, RolloutGroup, RolloutStatus, RolloutTurn
+    from torchtitan.experiments.rl.rubrics import RewardFn, Rubric
+    from torchtitan.experiments.rl.types import RolloutTurnID
+
+if TYPE_CHECKING:
+    import verifiers.v1 as vf
+    from renderers import Renderer
+    from torchtitan.experiments.rl.actors.generator import SamplingConfig
+
+__all__ = [
+    "ROUTE_HEADER",
+    "Span",
+    "VERIFIERS_REWARD",
+    "VerifiersReward",
+    "VerifiersRollouter",
+    "VerifiersTasks",
+    "label_rollout_turns",
+    "label_turns",
+    "env_config",
+    "sampled_spans",
+    "trace_to_turns",
+]
+
+logger = logging.getLogger(__name__)
+
+VERIFIERS_REWARD = "verifiers_reward"
+"""``env_rewards`` key of the trace reward, on a rollout's last turn."""
+ROUTE_HEADER = "X-Stepwise-Route"
+"""Header naming which group's ``GenerateFn`` (train or validation) a request belongs to."""
+
+Scalar = int | float | bool | str  # tyro tries each in order: "6" is 6, "True" True, "test" "test"
+
+
+def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
+    """The verifiers ``[env]`` block: ``{"taskset": {"id": taskset}}`` plus ``env_args``, whose
+    dotted keys nest (``"taskset.split": "test"``, ``"agent.harness.id": "stepwise-chat"``)."""
+    block: dict[str, Any] = {"taskset": {"id": taskset}}
+    for dotted, value in env_args.items():
+        *parents, name = dotted.split(".")
+        node = block
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"env_args {dotted!r}: {part!r} is a value, not a section")
+        node[name] = value
+    return block
+
+
+class VerifiersTasks(Configurable):
+    """The env's tasks as torchtitan samples (``task.data`` as JSON), endlessly, reshuffled
+    each pass when ``shuffle``. Built by ``VerifiersRollouter`` with the env's config."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Configurable.Config):
+        seed: int = 42
+        shuffle: bool = True
+        taskset_args: dict[str, Scalar] = field(default_factory=dict)
+        """Overrides of the taskset's fields for this dataset (e.g. a validation split)."""
+
+    def __init__(self, config: Config, *, env: dict[str, Any]) -> None:
+        import verifiers.v1 as vf
+        from verifiers.v1.utils.loaders import load_taskset
+
+        block = {**env, "taskset": {**env["taskset"], **config.taskset_args}}
+        taskset = load_taskset(vf.resolve_env_config(block).taskset)
+        self._tasks = [task.data.model_dump(mode="json") for task in taskset]
+        if not self._tasks:
+            raise ValueError(f"taskset {block['taskset']} has no tasks")
+        self._shuffle = config.shuffle
+        self._random = random.Random(config.seed)
+        self._order: Iterator[dict[str, Any]] = iter(())
+
+    def __next__(self) -> dict[str, Any]:
+        try:
+            return next(self._order)
+        except StopIteration:
+            order = list(self._tasks)
+            if self._shuffle:
+                self._random.shuffle(order)
+            self._order = iter(order)
+            return next(self._order)
+
+
+class VerifiersReward(RewardFn):
+    """The reward verifiers computed for the trace (``env_rewards["verifiers_reward"]``)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(RewardFn.Config):
+        pass
+
+    async def __call__(self, rollout: Rollout, env_input: object) -> float:
+        for turn in reversed(rollout.turns):
+            if VERIFIERS_REWARD in turn.env_rewards:
+                return turn.env_rewards[VERIFIERS_REWARD]
+        raise RewardError(
+            f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} ({rollout.status}) carries no "
+            f"{VERIFIERS_REWARD!r}; set the rubric's error_reward to score failed episodes"
+        )
+
+
+@dataclass
+class _Versions:
+    """Policy versions and generator metrics of one trace's generations."""
+
+    low: int | None = None
+    high: int | None = None
+    metrics: list = field(default_factory=list)
+
+
+class VerifiersRollouter(Rollouter):
+    """``Controller.Config.rollouter``: episodes run by verifiers, trained by torchtitan.
+
+    Replaces torchtitan's ``MessageEnv``/``TokenEnv`` path (its ``message_env``/``token_env``
+    are unused and hidden from the CLI); turn caps are the verifiers env's own
+    (``--rollouter.env_args max_turns 6``).
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Rollouter.Config):
+        taskset: str = "stepwise-dapo-math"
+        """The verifiers env id (its taskset id): any installed env, this package's or yours."""
+        env_args: dict[str, Scalar] = field(default_factory=dict)
+        """Fields of the env's ``[env]`` config (``max_turns``; dotted keys nest)."""
+        train_dataset: VerifiersTasks.Config = field(default_factory=VerifiersTasks.Config)
+        validation_dataset: VerifiersTasks.Config = field(default_factory=lambda: VerifiersTasks.Config(shuffle=False))
+        rubric: Rubric.Config = field(
+            default_factory=lambda: Rubric.Config(reward_fns=[VerifiersReward.Config()], error_reward=0.0)
+        )
+        """Failed episodes (verifiers errors) score ``error_reward``; the rest their trace reward."""
+        advantage: StepwiseAdvantage.Config = field(default_factory=StepwiseAdvantage.Config)
+        message_env: Annotated[MessageEnv.Config | None, tyro.conf.Suppress] = None
+        token_env: Annotated[TokenEnv.Config | None, tyro.conf.Suppress] = None
+        model_name: str = "policy"
+        """The model name verifiers records on traces."""
+        renderer_model_name: str | None = None
+        """Tokenizer the train client renders with; default: the one torchtitan's renderer uses."""
+        env_workers: int = 1
+        """Env-server worker processes (verifiers' ``serve_env`` ``max_workers``)."""
+        env_in_process: bool = False
+        """Serve the env in this process's event loop instead of a subprocess."""
+        startup_timeout_s: float = 120.0
+
+        def __post_init__(self) -> None:
+            import verifiers.v1 as vf
+
+            if self.env_workers < 1:
+                raise ConfigError(f"env_workers must be >= 1, got {self.env_workers}")
+            vf.resolve_env_config(env_config(self.taskset, self.env_args))  # a bad env fails here
+
+    def __init__(self, config: Config) -> None:
+        # Rollouter.__init__ would build datasets without the env they read and a MessageEnv.
+        env = env_config(config.taskset, config.env_args)
+        self.config = config
+        self._env = env
+        self._train_dataset = config.train_dataset.build(env=env)
+        self._validation_dataset = config.validation_dataset.build(env=env)
+        self.rubric: Rubric = config.rubric.build()
+        self.advantage_estimator = config.advantage.build()
+        self._message_env_config = config.message_env
+        self._token_env_config = config.token_env
+        self._routes: dict[str, _Route] = {}  # by ROUTE_HEADER value
+        self._route_of: dict[int, _Route] = {}  # by id(generate_fn): train and validation
+        self._versions: dict[str, _Versions] = {}
+        self._calls = itertools.count()
+        self._start_lock = asyncio.Lock()
+        self._started: tuple[Any, vf.TrainClientConfig] | None = None
+        self._endpoint: TokenEndpoint | None = None
+        self._server: Any = None  # the env server's asyncio task or process
+        self._lifeline: Any = None  # this process's end of the spawned server's death pipe
+
+    # -- lifecycle: started by the first group, in the controller's event loop -------------------
+
+    async def _start(self, renderer: Renderer) -> tuple[Any, vf.TrainClientConfig]:
+        async with self._start_lock:
+            if self._started is not None:
+                return self._started
+            import verifiers.v1 as vf
+            from verifiers.v1.serve import EnvClient
+
+            model = self.config.renderer_model_name or getattr(
+                getattr(renderer, "_tokenizer", None), "name_or_path", None
+            )
+            if not model or getattr(renderer, "config", None) is None:
+                raise ValueError(
+                    f"{type(renderer).__name__} exposes no renderers config or tokenizer path; "
+                    "set VerifiersRollouter.Config.renderer_model_name"
+                )
+            self._endpoint = endpoint = TokenEndpoint(self._generate)
+            client = None
+            try:
+                await endpoint.start()
+                client = EnvClient(await self._start_env_server(vf.resolve_env_config(self._env)))
+                await client.wait_for_server_startup(timeout=self.config.startup_timeout_s, interval=0.2)
+            except BaseException:
+                if client is not None:
+                    await client.close()
+                await self.close()
+                raise
+            train_client = vf.TrainClientConfig(
+                base_url=endpoint.base_url, api_key_var="", renderer=renderer.config, renderer_model_name=model
+            )
+            self._started = (client, train_client)
+            return self._started
+
+    async def _start_env_server(self, config: vf.EnvConfig) -> str:
+        if self.config.env_in_process:
+            from verifiers.v1.serve import EnvServer
+
+            server = EnvServer(config, address="tcp://127.0.0.1:0")
+            self._server = asyncio.get_running_loop().create_task(server.run())
+            return server.address
+        import multiprocessing
+
+        from verifiers.v1.serve.pool import env_config_data, serve_env
+
+        context = multiprocessing.get_context("spawn")
+        addresses = context.Queue()
+        # The server stops itself when this process dies (its end of the pipe closes), and is
+        # stopped at a normal exit: torchtitan 0.3.0 never closes a rollouter, and
+        # multiprocessing would otherwise wait for the server at exit, forever.
+        death_pipe, self._lifeline = context.Pipe(duplex=False)
+        self._server = context.Process(
+            target=serve_env,
+            kwargs=dict(
+                max_workers=self.config.env_workers,
+                address="tcp://127.0.0.1:0",
+                address_queue=addresses,
+                death_pipe=death_pipe,
+                config_data=env_config_data(config),
+            ),
+            name="verifiers-env-server",
+        )
+        self._server.start()
+        atexit.register(self._server.terminate)
+        return await asyncio.to_thread(_address, self._server, addresses, self.config.startup_timeout_s)
+
+    async def close(self) -> None:
+        """Stop the env client, env server and endpoint (torchtitan 0.3.0 never calls this;
+        a spawned server also stops when this process exits)."""
+        started, self._started = self._started, None
+        if started is not None:
+            await started[0].close()
+        server, self._server = self._server, None
+        if isinstance(server, asyncio.Task):
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+        elif server is not None:
+            atexit.unregister(server.terminate)
+            server.terminate()
+            await asyncio.to_thread(server.join, 10)
+            self._lifeline.close()
+        if self._endpoint is not None:
+            await self._endpoint.close()
+
+    # -- one group ----------------------------------------------------------------------------
+
+    async def run_group_rollouts(
+        self,
+        *,
+        generate_fn: GenerateFn,
+        sample: object,
+        group_id: int,
+        group_size: int,
+        sampling: SamplingConfig,
+        renderer: Renderer,
+    ) -> RolloutGroup:
+        """Run ``group_size`` verifiers episodes of ``sample``, score them and estimate advantages."""
+        if not isinstance(sample, dict):
+            raise TypeError(f"VerifiersRollouter samples are task data dicts (VerifiersTasks), got {type(sample)}")
+        client, train_client = await self._start(renderer)
+        route = self._route(generate_fn, sampling)
+        train_client = train_client.model_copy(update={"headers": {ROUTE_HEADER: route.key}})
+        rollouts = await asyncio.gather(
+            *(
+                self._rollout(
+                    client,
+                    train_client,
+                    sample,
+                    sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + j),
+                    group_id,
+                    j,
+                )
+                for j in range(group_size)
+            )
+        )
+        outputs = await self.score_group(rollouts, sample)
+        for rollout, output in zip(rollouts, outputs, strict=True):
+            rollout.reward = output.reward
+            rollout.reward_breakdown = output.reward_breakdown
+        group = RolloutGroup(group_id=group_id, rollouts=rollouts)
+        for rollout, advantage in zip(rollouts, self.advantage_estimator(group), strict=True):
+            rollout.advantage = advantage
+        return group
+
+    async def _rollout(
+        self, client: Any, train_client: Any, sample: dict, sampling: SamplingConfig, group_id: int, j: int
+    ) -> Rollout:
+        import verifiers.v1 as vf
+
+        try:
+            episode = await self.episode(
+                client,
+                client=train_client,
+                model=self.config.model_name,
+                sampling=vf.SamplingConfig(
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    max_tokens=sampling.max_tokens,
+                    seed=sampling.seed,
+                ),
+                task_data=sample,
+            )
+        except Exception:  # the env server or the transport failed: an errored rollout, the run goes on
+            logger.exception("verifiers episode %s/rollout=%d failed", group_id, j)
+            return Rollout(group_id=group_id, rollout_id=j, status=RolloutStatus.ERROR)
+        traces = [trace for trace in episode.traces if trace.agent.trainable]
+        if len(traces) != 1:
+            raise ValueError(f"VerifiersRollouter trains one agent per episode; {len(traces)} traces are trainable")
+        (trace,) = traces
+        versions = self._versions.pop(trace.id, _Versions())
+        # An errored episode's turn data may stop mid-turn; it is trained as torchtitan trains
+        # an errored rollout: its tokens, and the rubric's error_reward as its final reward.
+        ok = episode.ok and trace.ok
+        turns = trace_to_turns(
+            trace, group_id=group_id, rollout_id=j, versions=(versions.low, versions.high), per_turn=ok
+        )
+        if turns:
+            turns[0].metrics.extend(versions.metrics)
+        return Rollout(group_id=group_id, rollout_id=j, turns=turns, status=_status(ok, trace, turns))
+
+    async def episode(self, env: Any, **run: Any) -> vf.Episode:
+        """One verifiers episode through the env server (a seam for logging or inspection)."""
+        return await env.run(**run)
+
+    # -- generation: the train client's requests, answered by torchtitan's generator ----------
+
+    def _route(self, generate_fn: GenerateFn, sampling: SamplingConfig) -> _Route:
+        route = self._route_of.get(id(generate_fn))
+        if route is None or route.generate_fn is not generate_fn:
+            route = _Route(f"route-{len(self._route_of)}", generate_fn, sampling)
+            self._route_of[id(generate_fn)] = route
+            self._routes[route.key] = route
+        route.sampling = sampling
+        return route
+
+    async def _generate(self, request: GenerateRequest) -> Generation | None:
+        route = self._routes.get(request.headers.get(ROUTE_HEADER, ""))
+        if route is None:
+            raise LookupError(f"no generator for route {request.headers.get(ROUTE_HEADER)!r}")
+        sent = ("temperature", "top_p", "max_tokens", "seed")  # the rest keep the group's sampling
+        sampling = replace(
+            route.sampling, **{name: getattr(request, name) for name in sent if name in request.sampling}
+        )
+        session = request.session_id or "no-session"
+        completion = await route.generate_fn(
+            request.prompt_ids,
+            request_id=f"{session}/call={next(self._calls)}",
+            routing_session_id=session,  # a trace's calls share one generator's prefix cache
+            sampling_config=sampling,
+        )
+        if completion is None:
+            return None
+        versions = self._versions.setdefault(session, _Versions())
+        versions.low = min(v for v in (versions.low, completion.min_policy_version) if v is not None)
+        versions.high = max(v for v in (versions.high, completion.max_policy_version) if v is not None)
+        versions.metrics.extend(completion.metrics)
+        return Generation(
+            list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop"
+        )
+
+
+def _address(process: Any, addresses: Any, timeout: float) -> str:
+    """The address a spawned env server reports, or an error as soon as it dies."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return addresses.get(timeout=0.5)
+        except queue.Empty:
+            if not process.is_alive():
+                raise RuntimeError(
+                    f"the verifiers env server exited (code {process.exitcode}) before serving"
+                ) from None
+    raise TimeoutError(f"the verifiers env server reported no address in {timeout}s")
+
+
+@dataclass(eq=False)
+class _Route:
+    key: str
+    generate_fn: GenerateFn
+    sampling: Any
+
+
+class Span(NamedTuple):
+    """Sampled tokens ``[start, stop)`` of a branch's token stream, from node ``node``."""
+
+    node: int
+    branch: Any
+    start: int
+    stop: int
+
+
+def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]:
+    """Every contiguous run of sampled tokens, in branch then node order, each node once (in
+    the first branch that holds it): the order torchtitan's own ``trace_to_rollout_turns``
+    (PR #4356) emits turns in. ``trainable_only`` skips branches verifiers marks untrainable
+    (a rejected compaction attempt); PR #4356 walks them too."""
+    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
+    seen: set[int] = set()
+    spans: list[Span] = []
+    for branch in trace.branches:
+        if trainable_only and not branch.trainable:
+            continue
+        offset = 0
+        for node in branch.nodes:
+            i = index_of[id(node)]
+            if node.sampled and i not in seen:
+                seen.add(i)
+                spans += [Span(i, branch, offset + a, offset + b) for a, b in _runs(node.mask)]
+            offset += len(node.token_ids)
+    return spans
+
+
+def trace_to_turns(
+    trace: vf.Trace,
+    *,
+    group_id: int,
+    rollout_id: int,
+    versions: tuple[int | None, int | None] = (None, None),
+    per_turn: bool = True,
+) -> list[RolloutTurn]:
+    """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, credited by
+    ``label_turns`` (unless ``per_turn`` is False); the trace reward on the last one."""
+    spans = sampled_spans(trace)
+    out: list[RolloutTurn] = []
+    for span in spans:
+        tokens, logprobs = span.branch.token_ids, span.branch.logprobs
+        out.append(
+            RolloutTurn(
+                rollout_id=RolloutTurnID(group_id=group_id, rollout_id=rollout_id, turn_id=len(out)),
+                prompt_token_ids=tokens[: span.start],
+                completion_token_ids=tokens[span.start : span.stop],
+                completion_logprobs=logprobs[span.start : span.stop],
+                min_policy_version=versions[0],
+                max_policy_version=versions[1],
+                completion_message=trace.nodes[span.node].message.model_dump(mode="json", exclude_none=True),
+            )
+        )
+    if per_turn:
+        label_turns(trace, out, [span.node for span in spans])
+    if out:
+        out[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
+    return out
+
+
+def label_turns(trace: vf.Trace, turns: list[RolloutTurn], nodes: list[int]) -> None:
+    """Write each verifiers turn's reward on torchtitan turns made from ``trace``: turn k came
+    from sampled node ``nodes[k]``; it gets ``env_rewards["turn_index"]`` = the verifiers turn t
+    holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
+    = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
+
+    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
+    turn with a reward produced no sampled token (its reward would be lost)."""
+    turns_of_trace = read_turns(trace)
+    if turns_of_trace is None:
+        return
+    turn_of = {i: t for t, held in enumerate(turns_of_trace.nodes) for i in held}
+    last: dict[int, RolloutTurn] = {}
+    for turn, node in zip(turns, nodes, strict=True):
+        t = turn_of[node]
+        turn.env_rewards[TURN_INDEX] = float(t)
+        last[t] = turn
+    for t, reward in enumerate(turns_of_trace.rewards):
+        if t not in last:
+            raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
+        last[t].env_rewards[TURN_REWARD] = reward
+
+
+def label_rollout_turns(trace: vf.Trace, turns: list[RolloutTurn]) -> None:
+    """``label_turns`` for turns another converter made from ``trace`` (torchtitan main's
+    ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over every
+    branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
+    spans = sampled_spans(trace, trainable_only=False)
+    made = [turn.completion_token_ids for turn in turns]
+    expected = [span.branch.token_ids[span.start : span.stop] for span in spans]
+    if made != expected:
+        raise ValueError(
+            f"trace {trace.id}: {len(made)} torchtitan turns do not match its {len(expected)} sampled spans; "
+            "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan.verifiers"
+        )
+    label_turns(trace, turns, [span.node for span in spans])
+
+
+def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:
+    """Half-open runs of True in ``mask``."""
+    k = 0
+    for sampled, run in itertools.groupby(mask):
+        n = len(list(run))
+        if sampled:
+            yield k, k + n
+        k += n
+
+
+def _status(ok: bool, trace: vf.Trace, turns: list[RolloutTurn]) -> RolloutStatus:
+    if not (ok and turns):
+        return RolloutStatus.ERROR
+    if not trace.is_truncated:
+        return RolloutStatus.COMPLETED
+    return RolloutStatus.TRUNCATED_MAX_TURNS if trace.stop_condition == "max_turns" else RolloutStatus.TRUNCATED_LENGTH
