@@ -259,34 +259,59 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
     assert [r["return"] for r in rows] == flat([[discounted_returns(t, 0.6) for t in g] for g in groups])
 
 
-def test_compare_prints_both_configs_side_by_side_in_one_table(tmp_path, capsys, monkeypatch):
+def _tables(out: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The rich tables in ``out``: each one's column headers (header lines joined) and rows."""
+    tables: list[tuple[list[str], list[list[str]]]] = []
+    for line in out.splitlines():
+        if line.startswith("┏"):
+            tables.append(([], []))
+        elif line.startswith("┃"):
+            cells = [cell.strip() for cell in line.split("┃")[1:-1]]
+            headers = tables[-1][0]
+            headers[:] = [f"{a} {b}".strip() for a, b in zip(headers, cells)] if headers else cells
+        elif line.startswith("│"):
+            tables[-1][1].append([cell.strip() for cell in line.split("│")[1:-1]])
+    return tables
+
+
+@pytest.mark.parametrize("columns", [200, 100, 80])
+def test_compare_prints_both_configs_side_by_side(tmp_path, capsys, monkeypatch, columns):
     """Each turn index on one row: the shared columns once, then each statistic of the main
-    config beside the compared one's; a console too narrow for that gets them stacked, with a note."""
+    config beside the compared one's; a console too narrow for one table gets the statistics
+    split over several, still side by side, each table within the console, no number cut short."""
     traces = write_episodes(tmp_path / "traces.jsonl", rollouts(tasks=3, per_task=4, seed=5))
     args = ("advantages", traces, "--gamma", "0.6", "--compare", ":baseline=per_turn", "--no-output")
     main_config, compared = json.loads(run(capsys, *args, "--json")[1])["estimators"]
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", str(columns))
     code, out, err = run(capsys, *args)
     assert code == 0, err
-    lines = out.splitlines()
-    assert sum(line.startswith("┏") for line in lines) == 1
-    assert f"main: {main_config['label']}" in out and f"compare: {compared['label']}" in out
-    (last_header,) = [line for line in lines if line.startswith("┃ turn")]
-    assert [cell.strip() for cell in last_header.split("┃")[4:14]] == ["main", "compare"] * 5
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
-    assert len(rows) == len(main_config["turns"])
+    words = " ".join(out.split())  # a narrow console wraps the titles
+    assert f"main: {main_config['label']}" in words and f"compare: {compared['label']}" in words
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= columns
+    tables = _tables(out)
+    assert (len(tables) == 1) == (columns == 200)
+    assert ("(split in" in out) == (columns < 200)
     number = report_module.number
-    signs = {"mean_return": "", "advantage_mean": "+", "advantage_std": "", "advantage_min": "+", "advantage_max": "+"}
-    for cells, a, b in zip(rows, main_config["turns"], compared["turns"]):
-        both = [number(entry[key], sign) for key, sign in signs.items() for entry in (a, b)]
-        assert cells == [str(a["turn"]), f"{a['count']:,}", number(a["mean_reward"]), *both]
-
-    monkeypatch.setenv("COLUMNS", "100")
-    code, out, err = run(capsys, *args)
-    assert code == 0, err
-    assert "(the configs side by side need 1" in out and "columns, the console has 100: COLUMNS sets it)" in out
-    assert sum(line.startswith("┏") for line in out.splitlines()) == 2
-    assert "…" not in out  # no number cut short
+    stats = {
+        "mean return": ("mean_return", ""),
+        "mean adv": ("advantage_mean", "+"),
+        "std adv": ("advantage_std", ""),
+        "min adv": ("advantage_min", "+"),
+        "max adv": ("advantage_max", "+"),
+    }
+    expected = []
+    for a, b in zip(main_config["turns"], compared["turns"]):
+        row = [("turn", str(a["turn"])), ("count", f"{a['count']:,}"), ("mean reward", number(a["mean_reward"]))]
+        for stat, (key, sign) in stats.items():
+            row += [(f"{stat} main", number(a[key], sign)), (f"{stat} compare", number(b[key], sign))]
+        expected.append(row)
+    printed: list[list[tuple[str, str]]] = [[] for _ in expected]
+    for i, (headers, rows) in enumerate(tables):
+        assert headers[0] == "turn" and (i == 0) == ("count" in headers)
+        assert [cells[0] for cells in rows] == [row[0][1] for row in expected]  # a row per turn, in order
+        for row, cells in zip(printed, rows):
+            row += list(zip(headers, cells))[0 if i == 0 else 1 :]
+    assert printed == expected  # every statistic once, main beside compare, in order
 
 
 def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, capsys):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +114,14 @@ def render(console: Any, report: dict[str, Any]) -> None:
             console.print(f"  ... and {total - len(report['problems']):,} more")
 
     tokens = any(row["mean_tokens"] for e in report["estimators"] for row in e["turns"])
-    table = _credit_table(report["estimators"], tokens)
-    needed = console.measure(table, options=console.options.update_width(1 << 16)).minimum  # unclamped
-    if needed <= console.width:
-        console.print(table)
-    else:  # rich would cut the numbers short to fit: one config's table above the other's instead
+    tables, needed = _credit_tables(console, report["estimators"], tokens)
+    if len(tables) > 1:
         console.print(
-            f"(the configs side by side need {needed} columns, the console has {console.width}: COLUMNS sets it)"
+            f"(split in {len(tables)}: one table needs {needed} columns, the console has {console.width};"
+            " COLUMNS sets it)"
         )
-        for entry in report["estimators"]:
-            console.print(_credit_table([entry], tokens))
+    for table in tables:
+        console.print(table)
 
     if report["sweep"]:
         sweep = report["sweep"]
@@ -159,10 +158,35 @@ _CREDIT_COLUMNS = (
 """Each config's per-turn columns: header, row key, sign format."""
 
 
-def _credit_table(entries: list[dict[str, Any]], tokens: bool) -> Any:
-    """The per-turn table of the main config, or of it and ``--compare``'s side by side: the
-    columns both share (turn, count, tokens, mean reward) once, then each statistic's column for
-    the main config beside the compared one's, so a turn index's numbers line up on one row."""
+def _credit_tables(console: Any, entries: list[dict[str, Any]], tokens: bool) -> tuple[list[Any], int]:
+    """The per-turn tables, and the width one table of every statistic needs: that one table
+    where the console is wide enough, else the statistics in order over as few tables as fit
+    (rich would cut numbers short to fit one), so each statistic of ``--compare``'s two configs
+    stays side by side, numbers whole, down to about 60 columns."""
+
+    def width(table: Any) -> int:
+        return int(console.measure(table, options=console.options.update_width(1 << 16)).minimum)  # unclamped
+
+    whole = _credit_table(entries, tokens, _CREDIT_COLUMNS, first=True)
+    needed = width(whole)
+    if needed <= console.width:
+        return [whole], needed
+    parts = [[_CREDIT_COLUMNS[0]]]
+    for column in _CREDIT_COLUMNS[1:]:
+        if width(_credit_table(entries, tokens, [*parts[-1], column], first=len(parts) == 1)) <= console.width:
+            parts[-1].append(column)
+        else:
+            parts.append([column])
+    return [_credit_table(entries, tokens, columns, first=i == 0) for i, columns in enumerate(parts)], needed
+
+
+def _credit_table(
+    entries: list[dict[str, Any]], tokens: bool, columns: Sequence[tuple[str, str, str]], first: bool
+) -> Any:
+    """The per-turn table of ``columns`` for the main config, or for it and ``--compare``'s side
+    by side: each statistic's column for the main config beside the compared one's, so a turn
+    index's numbers line up on one row. The ``first`` table has the title and the columns the
+    configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
     from rich.table import Table
 
     def returns(entry: dict[str, Any]) -> str:
@@ -177,19 +201,18 @@ def _credit_table(entries: list[dict[str, Any]], tokens: bool) -> Any:
     else:
         tags = ["\nmain", "\ncompare"]
         title = "\n".join(f"{tag.strip()}: {e['label']}\n  {returns(e)}" for tag, e in zip(tags, entries))
-    table = Table(title=title, title_justify="left")
-    for name in ("turn", "count", *(("tokens",) if tokens else ()), "mean reward"):
+    table = Table(title=title if first else None, title_justify="left")
+    shared = ("turn", "count", *(("tokens",) if tokens else ()), "mean reward") if first else ("turn",)
+    for name in shared:
         table.add_column(name, justify="right")
-    for header, _, _ in _CREDIT_COLUMNS:
+    for header, _, _ in columns:
         for tag in tags:
             table.add_column(header + tag, justify="right")
     for t, row in enumerate(entries[0]["turns"]):  # count, tokens and reward do not depend on the config
+        cells = [str(row["turn"]), f"{row['count']:,}", *((f"{row['mean_tokens']:.1f}",) if tokens else ())]
         table.add_row(
-            str(row["turn"]),
-            f"{row['count']:,}",
-            *((f"{row['mean_tokens']:.1f}",) if tokens else ()),
-            number(row["mean_reward"]),
-            *(number(e["turns"][t][key], sign) for _, key, sign in _CREDIT_COLUMNS for e in entries),
+            *(cells + [number(row["mean_reward"])] if first else cells[:1]),
+            *(number(e["turns"][t][key], sign) for _, key, sign in columns for e in entries),
         )
     return table
 

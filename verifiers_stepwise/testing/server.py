@@ -140,7 +140,9 @@ Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 class PerRollout:
     """Different plans for the rollouts of one prompt: the k-th rollout (session) of a client
-    process (:attr:`ChatCall.client`) to reach the server follows ``plans[k % len(plans)]``."""
+    process (:attr:`ChatCall.client`) to reach the server follows ``plans[k % len(plans)]``.
+    Runs from one process (``run_groups`` in a test, twice) share its count; a fresh
+    ``PerRollout`` counts from 0."""
 
     def __init__(self, *plans: Plan) -> None:
         self.plans = [list(plan) for plan in plans]
