@@ -20,7 +20,7 @@ BOUNDARY = {
     "verifiers_stepwise.errors.HostMismatch": errors.HostMismatch,
     "verifiers_stepwise.errors.DependencyMissing": errors.DependencyMissing,
     "verifiers_stepwise.estimators.registry.UnknownEstimator": errors.ConfigError,
-    "verifiers_stepwise.estimators.registry.EntryPointConflict": errors.ConfigError,
+    "verifiers_stepwise.plugins.EntryPointConflict": errors.ConfigError,
     "verifiers_stepwise.analysis.cli.CommandError": errors.ConfigError,
     "verifiers_stepwise.traces.turns.TurnSchemaError": errors.TraceError,
     "verifiers_stepwise.traces.credit.MissingTurnRewards": errors.TraceError,

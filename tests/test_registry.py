@@ -19,7 +19,8 @@ from verifiers_stepwise import (
     estimator_class,
     get_estimator,
 )
-from verifiers_stepwise.estimators.registry import ENVIRONMENT_GROUP, ESTIMATOR_GROUP
+from verifiers_stepwise.envs.bundles import ENVIRONMENT_GROUP
+from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
 
 
 def make_distribution(root: Path, name: str, entry_points: dict[str, dict[str, str]], module: str = "") -> None:
@@ -127,10 +128,11 @@ def test_lookups_by_name_reuse_the_scan_until_a_distribution_is_installed(tmp_pa
     result = run(
         f"""
         import json, sys
+        from verifiers_stepwise import plugins
         from verifiers_stepwise.estimators import registry
         scans = []
-        scan = registry._scan
-        registry._scan = lambda group: scans.append(group) or scan(group)
+        scan = plugins._scan
+        plugins._scan = lambda group: scans.append(group) or scan(group)
         for _ in range(50):
             registry.get_estimator("stepwise")
         before = len(scans)

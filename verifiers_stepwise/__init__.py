@@ -9,8 +9,9 @@ Layers, each importing only those before it:
     analysis     the ``vf-stepwise`` command
     testing      a scripted model server and trace builders for tests
 
-``errors`` gives every error its boundary (docs/contributing.md); it imports nothing and every
-layer may import it. Public names are imported on first use, so ``import verifiers_stepwise``
+``errors`` gives every error its boundary (docs/contributing.md) and ``plugins`` reads the entry
+points estimators and environment bundles are installed under; they import nothing above them
+and every layer may import them. Public names are imported on first use, so ``import verifiers_stepwise``
 loads neither numpy, verifiers nor any trainer.
 """
 
@@ -45,11 +46,11 @@ _EXPORTS = {
     "TurnCredit": "estimators.turn_credit",
     "TurnCreditConfig": "estimators.turn_credit",
     "available_estimators": "estimators.registry",
-    "available_environments": "estimators.registry",
+    "available_environments": "envs.bundles",
     "estimator_class": "estimators.registry",
     "get_estimator": "estimators.registry",
     "UnknownEstimator": "estimators.registry",
-    "EntryPointConflict": "estimators.registry",
+    "EntryPointConflict": "plugins",
     "TraceTurns": "traces.turns",
     "TurnSample": "traces.turns",
     "TurnSchemaError": "traces.turns",
@@ -86,6 +87,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from verifiers_stepwise.envs.bundles import available_environments
     from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
     from verifiers_stepwise.envs.harness import StepwiseChatConfig, StepwiseChatHarness
     from verifiers_stepwise.errors import (
@@ -101,9 +103,7 @@ if TYPE_CHECKING:
     from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
     from verifiers_stepwise.estimators.ragged import RaggedBatch
     from verifiers_stepwise.estimators.registry import (
-        EntryPointConflict,
         UnknownEstimator,
-        available_environments,
         available_estimators,
         estimator_class,
         get_estimator,
@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
     from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
     from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
+    from verifiers_stepwise.plugins import EntryPointConflict
     from verifiers_stepwise.traces.credit import Credit, read_credit, score_group
     from verifiers_stepwise.traces.turns import (
         TraceTurns,

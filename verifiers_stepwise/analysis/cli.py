@@ -179,12 +179,8 @@ def _estimator_class(name: str) -> type[Estimator]:
 
 def _list(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.flags import field_description, type_name
-    from verifiers_stepwise.estimators.registry import (
-        EntryPointConflict,
-        available_environments,
-        available_estimators,
-        estimator_class,
-    )
+    from verifiers_stepwise.envs.bundles import available_environments
+    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators, estimator_class
 
     try:
         names = available_estimators()

@@ -2,5 +2,6 @@
 
 May import ``estimators``, ``traces`` and verifiers. ``env``: ``StepwiseMultiTurnEnv``, the turn
 loop that records a reward per turn; ``refine``: any taskset as a refinement loop (env id
-``stepwise-refine``); ``harness``: the in-process ``stepwise-chat`` harness.
+``stepwise-refine``); ``harness``: the in-process ``stepwise-chat`` harness; ``bundles``: the
+installed environment bundles (entry points).
 """
