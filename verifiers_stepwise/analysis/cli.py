@@ -144,6 +144,12 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         "None = unscored, credited by differences (prime-rl PR #3282's reading)",
     )
     adv.add_argument(
+        "--options",
+        metavar="JSON",
+        help="the estimator's config as one JSON object, e.g. '{\"gamma\": 0.4}' (as the TRL host takes it); "
+        "the same fields as the flags below",
+    )
+    adv.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -250,14 +256,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _advantages(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.analysis.flags import config_values
     from verifiers_stepwise.analysis.stats import credit, describe, with_gamma
     from verifiers_stepwise.estimators import ConfigError
 
     paths = [_traces_file(p) for p in args.traces]
     # Every setting is checked before the (possibly long) read.
     try:
-        main_estimator = args.estimator_class(**config_values(args))
+        main_estimator = args.estimator_class(**_options(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
     except ConfigError as e:
         raise CommandError(str(e)) from None
@@ -347,6 +352,20 @@ def _traces_file(path: Path) -> Path:
     if not path.is_file():
         raise CommandError(f"{path}: no such traces file")
     return path
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, the
+    spelling the TRL host's command takes too; a field given both ways is refused."""
+    from verifiers_stepwise.analysis.flags import config_values
+    from verifiers_stepwise.hosts import options_json
+
+    flags = config_values(args)
+    given = options_json(args.options) if args.options is not None else {}
+    twice = sorted(set(flags) & set(given))
+    if twice:
+        raise CommandError(f"--options sets {', '.join(twice)}, which a flag also sets; give each field once")
+    return {**given, **flags}
 
 
 def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
-__all__ = ["OPTIONS_DOC", "estimator_from", "score_turns"]
+__all__ = ["OPTIONS_DOC", "estimator_from", "options_json", "score_turns"]
 
 OPTIONS_DOC = "Fields of the estimator's own config (e.g. gamma, baseline), validated by it; unset keeps its defaults."
 """What every host config says of its ``options`` (the fields themselves live in one place:
@@ -41,6 +41,23 @@ def estimator_from(config: Any) -> Estimator:
     from verifiers_stepwise.estimators.registry import get_estimator
 
     return get_estimator(config.estimator, **config.options)
+
+
+def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
+    """The estimator options a command line gives as one JSON object (``'{"gamma": 0.9}'``), the
+    spelling of the TRL host's and ``vf-stepwise``'s ``--options``; ConfigError naming ``flag``
+    when it is not JSON or not an object. The fields are validated by the estimator's config."""
+    import json
+
+    from verifiers_stepwise.errors import ConfigError
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{flag}: not JSON ({error}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: must be a JSON object, got {text!r}")
+    return value
 
 
 def score_turns(estimator: Estimator, groups: Sequence[Sequence[Sequence[float]]]) -> list[list[list[float]]]:

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.extras import requires
+from verifiers_stepwise.hosts import options_json
 from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL
 
 __all__ = ["HostArguments", "main", "plot_rewards"]
@@ -150,9 +152,6 @@ def _merged(base: dict, extra: dict) -> dict:
 
 def _json(text: str, flag: str) -> dict:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"{flag}: not JSON ({error}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise SystemExit(f"{flag}: must be a JSON object, got {text!r}")
-    return value
+        return options_json(text, flag)
+    except ConfigError as error:
+        raise SystemExit(str(error)) from None
