@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepwise_dapo_math.prompts import dapo_prompt, problem_of
+from verifiers_stepwise.envs.tasksets import warn_fewer
 
 if TYPE_CHECKING:
     from stepwise_dapo_math.config import DapoMathTasksetConfig
@@ -36,7 +37,6 @@ __all__ = [
     "read_file",
     "select",
     "to_problem",
-    "warn_fewer",
 ]
 
 
@@ -112,17 +112,6 @@ def load_problems(config: DapoMathTasksetConfig) -> list[Problem]:
             "--env.taskset.limit", config.limit, len(selected), origin, "after the split filter and de-duplication"
         )
     return selected
-
-
-def warn_fewer(flag: str, requested: int, available: int, source: str, after: str) -> None:
-    """Say that ``flag`` asked for more problems than ``source`` holds. A warning, not an error:
-    ``-n`` means "at most" to vf-eval (a large one is the usual way to say all of them), but
-    without a word ``-n 64 -r 8`` on three problems runs 24 episodes where 512 were expected. On
-    stderr through ``warnings`` (a logger may have no handler under vf-eval)."""
-    warnings.warn(
-        f"{flag} {requested}: {source} has only {available} problems {after}, so {available} are run",
-        stacklevel=3,
-    )
 
 
 def _offline(config: DapoMathTasksetConfig, repo: str, error: ConnectionError) -> Iterator[Mapping[str, Any]]:

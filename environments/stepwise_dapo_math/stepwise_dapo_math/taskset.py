@@ -17,19 +17,18 @@ Scored on the trace's last reply; the multi-turn env scores every turn with the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Self
 
 import verifiers.v1 as vf
 
 from stepwise_dapo_math.answers import check_against, extract_answer, normalize_integer
 from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
-from stepwise_dapo_math.loaders import DatasetError, load_problems, warn_fewer
+from stepwise_dapo_math.loaders import DatasetError, load_problems
 from stepwise_dapo_math.shaping import overlong_penalty
 from stepwise_dapo_math.symbolic import shared_checker
 from stepwise_dapo_math.tokens import count_tokens, load_tokenizer
+from verifiers_stepwise.envs.tasksets import CountedTake
 
 DAPO_TURNS = "dapo_turns"
 
@@ -188,7 +187,7 @@ class DapoMathTask(vf.Task[DapoMathData, vf.State, DapoMathTaskConfig]):
         return gold
 
 
-class DapoMathTaskset(vf.Taskset[DapoMathTask, DapoMathTasksetConfig]):
+class DapoMathTaskset(CountedTake, vf.Taskset[DapoMathTask, DapoMathTasksetConfig]):
     """DAPO-Math-17k, AIME-style sets, a local file, or the bundled offline set
     (``--env.taskset.dataset`` / ``--env.taskset.path``; see :class:`DapoMathTasksetConfig`)."""
 
@@ -221,20 +220,9 @@ class DapoMathTaskset(vf.Taskset[DapoMathTask, DapoMathTasksetConfig]):
             tasks.append(DapoMathTask(data, self.config.task))
         return tasks
 
-    def take(self, num_tasks: int) -> Self:
-        """verifiers' ``take`` (what vf-eval's ``-n`` sets: at most ``num_tasks`` tasks), warning
-        when the tasks run out first (see :func:`~stepwise_dapo_math.loaders.warn_fewer`)."""
-
-        def counted(tasks: Iterator[DapoMathTask]) -> Iterator[DapoMathTask]:
-            count = 0
-            for task in tasks:
-                count += 1
-                yield task
-            if count < num_tasks:
-                source = str(self.config.path or self.config.dataset)
-                warn_fewer("-n", num_tasks, count, source, "after the selection")
-
-        return super().take(num_tasks)._view(counted)
+    def source(self) -> str:
+        """The file or dataset the problems come from (``CountedTake``'s warning on ``-n``)."""
+        return str(self.config.path or self.config.dataset)
 
 
 def response_lengths(trace: vf.Trace) -> list[int | None]:

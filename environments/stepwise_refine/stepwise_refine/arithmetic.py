@@ -16,6 +16,8 @@ import re
 
 import verifiers.v1 as vf
 
+from verifiers_stepwise.envs.tasksets import CountedTake
+
 __all__ = ["ArithmeticData", "ArithmeticTask", "ArithmeticTaskset", "PROBLEMS", "last_number"]
 
 PROBLEMS: tuple[tuple[str, float], ...] = (
@@ -52,7 +54,7 @@ class ArithmeticTask(vf.Task[ArithmeticData]):
         return max(0.0, 1.0 - abs(guess - task.answer) / max(1.0, abs(task.answer)))
 
 
-class ArithmeticTaskset(vf.Taskset[ArithmeticTask]):
+class ArithmeticTaskset(CountedTake, vf.Taskset[ArithmeticTask]):
     def load(self):
         for i, (expression, answer) in enumerate(PROBLEMS):
             yield ArithmeticTask(

@@ -32,6 +32,7 @@ import verifiers.v1 as vf
 from pydantic import Field, ValidationInfo, field_validator
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+from verifiers_stepwise.envs.tasksets import CountedTake
 
 __all__ = ["SumsConfig", "SumsData", "SumsEnv", "SumsTask", "SumsTaskset", "SumsTasksetConfig", "answer_of"]
 
@@ -112,7 +113,7 @@ class SumsTasksetConfig(vf.TasksetConfig):
         return value
 
 
-class SumsTaskset(vf.Taskset[SumsTask, SumsTasksetConfig]):
+class SumsTaskset(CountedTake, vf.Taskset[SumsTask, SumsTasksetConfig]):
     def load(self):
         config = self.config
         train = split_pairs("train", config.a_range, config.b_range)
