@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from verifiers_stepwise.errors import ConfigError, TraceError
@@ -104,8 +104,9 @@ class Credit:
     version: int = CREDIT_VERSION
 
     def to_info(self) -> dict[str, Any]:
-        """The record as ``trace.info`` keeps it (plain JSON types)."""
-        return asdict(self)
+        """The record as ``trace.info`` keeps it (plain JSON types; the lists are shared, not
+        copied — trainers write one per trace per step — so treat both as read-only)."""
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 def read_credit(trace: Trace) -> Credit | None:

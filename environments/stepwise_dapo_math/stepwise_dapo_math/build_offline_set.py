@@ -182,7 +182,7 @@ def _license_text(distribution: str) -> str:
     dist = metadata.distribution(distribution)
     for file in dist.files or []:
         if Path(str(file)).name.upper().startswith("LICENSE"):
-            return Path(dist.locate_file(file)).read_text(encoding="utf-8")
+            return Path(str(dist.locate_file(file))).read_text(encoding="utf-8")
     raise RuntimeError(f"{distribution} ships no LICENSE file")
 
 

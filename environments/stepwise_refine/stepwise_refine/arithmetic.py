@@ -13,6 +13,7 @@ not 12.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import verifiers.v1 as vf
 
@@ -55,7 +56,7 @@ class ArithmeticTask(vf.Task[ArithmeticData]):
 
 
 class ArithmeticTaskset(CountedTake, vf.Taskset[ArithmeticTask]):
-    def load(self):
+    def load(self) -> Iterator[ArithmeticTask]:
         for i, (expression, answer) in enumerate(PROBLEMS):
             yield ArithmeticTask(
                 ArithmeticData(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
 
 import verifiers.v1 as vf
 from pydantic import Field, ValidationInfo, field_validator
@@ -114,7 +115,7 @@ class SumsTasksetConfig(vf.TasksetConfig):
 
 
 class SumsTaskset(CountedTake, vf.Taskset[SumsTask, SumsTasksetConfig]):
-    def load(self):
+    def load(self) -> Iterator[SumsTask]:
         config = self.config
         train = split_pairs("train", config.a_range, config.b_range)
         if len(train) < config.shots:
@@ -133,7 +134,8 @@ class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):
     config: SumsConfig
 
     async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
-        data: SumsData = task.data  # type: ignore[assignment]  # this env's tasks are SumsTasks
+        data = task.data
+        assert isinstance(data, SumsData)  # this env's tasks are SumsTasks
         guess = answer_of(turn.reply)
         if guess == data.answer:
             return TurnResult(reward=1.0)
