@@ -8,9 +8,13 @@ bubblewrap without a user namespace, ``setpriv``) and a child process run as an 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import stat
 from pathlib import Path
+
+from .kernel_attacks import KEYRING_PROBE, KEYRING_STASH, SETID, WRITABLE
 
 TASK = "stepwise__slugs-21"
 LIMITS_FIELDS = {"timeout_s": 30, "disk_mb": 256, "inodes": 8192, "episode_memory_mb": 1024}
@@ -123,6 +127,13 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     # The fix, with code that takes more than the episode's memory when the tests import it:
     # the grading run is killed by the cap, and a killed run is no verdict.
     "fix_that_exhausts_memory": (["printf '_hog = b\"x\" * (1536 * 1024 * 1024)\\n' >> slugs/__init__.py"], True),
+    # Kernel state and the sandbox's file systems (``kernel_attacks``), beside the fix: the
+    # keyring calls refused (from a compiled program, by both ABIs, and from the library at
+    # grading), nothing written outside the repository past its caps, no setuid bit that works.
+    "fix_keyring_probe": ([KEYRING_PROBE], True),
+    "fix_keyring_stash": ([f"cat >> slugs/__init__.py <<'EOF_ATTACK'\n{KEYRING_STASH}EOF_ATTACK"], True),
+    "fix_writes_outside": ([WRITABLE], True),
+    "fix_setid_left": ([SETID], True),
     # Honest fixes that must still resolve:
     "fix": ([], True),
     "fix_diff_external": ([DIFF_EXTERNAL], True),
@@ -197,8 +208,24 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
         "run": result.run,
         "after": (await sandbox.run("echo still usable")).output,
         "outputs": outputs,
+        "setid": _setid(repo),
         "removed": _removed(repo),
     }
+
+
+def _setid(repo: Path) -> dict:
+    """What is left in the repository with a setuid/setgid bit (host-side), and whether the
+    repository is a ``nosuid`` mount (None: not a mount)."""
+    found = []
+    for root, dirs, files in os.walk(repo):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                if os.lstat(os.path.join(root, name)).st_mode & (stat.S_ISUID | stat.S_ISGID):
+                    found.append(os.path.relpath(os.path.join(root, name), repo))
+    nosuid = None
+    if os.path.ismount(repo):
+        nosuid = bool(os.statvfs(repo).f_flag & os.ST_NOSUID)
+    return {"found": sorted(found), "nosuid": nosuid}
 
 
 def _removed(repo: Path) -> bool:

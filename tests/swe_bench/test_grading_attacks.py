@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .grading_attacks import SCENARIOS, play
+from .kernel_attacks import KEYRING_REFUSED, KEYRING_STASH_REFUSED, WRITABLE_OUTPUT
 
 NOBODY = 65534
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +81,17 @@ def check(results: dict[str, dict]) -> None:
     assert "RuntimeError" in leak["feedback"]
     escapes = results["terminal_escapes"]["feedback"]
     assert "RuntimeError" in escapes and "\x1b" not in escapes and "\x00" not in escapes and "\x07" not in escapes
+    # Kernel state: every keyring call refused, by both ABIs, from the model's command and from
+    # the library at grading (the fix still resolves, listed in FIXES).
+    assert results["fix_keyring_probe"]["outputs"][0].splitlines()[-5:] == KEYRING_REFUSED
+    assert KEYRING_STASH_REFUSED in results["fix_keyring_stash"]["test_output"]
+    assert results["fix_writes_outside"]["outputs"] == [WRITABLE_OUTPUT]
+    assert results["fix_setid_left"]["outputs"][0].split() == ["6755", "2755"]  # set, inside
+    setid = results["fix_setid_left"]["setid"]
+    if setid["nosuid"] is None:  # a directory of the host's file system: cleared after the command
+        assert setid["found"] == [], setid
+    else:  # the repository's own volume, mounted nosuid: the bits take effect nowhere
+        assert setid["nosuid"] and setid["found"] == ["planted", "sgid"], setid
     deep = results["fix_with_deep_tree"]
     assert deep["outputs"] == ["built\n"] and "d/" * 999 + "d/f.txt" in deep["patch"]
     for name, result in results.items():
