@@ -209,11 +209,13 @@ def test_a_v2_cgroup_gets_the_cap_swap_off_and_group_oom(tmp_path: Path):
         real_mkdir(self, *args, **kwargs)
         (self / "memory.swap.max").write_text("max")
         (self / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+        (self / "cpu.max").write_text("max 100000")  # the parent hands the cpu controller down
 
     from unittest import mock
 
     with mock.patch.object(Path, "mkdir", mkdir_with_files):
-        cgroup = CgroupMemory.make(Hierarchy(2, tmp_path), 256)
+        cgroup = CgroupMemory.make(Hierarchy(2, tmp_path), 256, cpus=0.5)
+    assert (cgroup.path / "cpu.max").read_text() == "50000 100000"  # the episode's CPU share
     assert cgroup.path.parent == tmp_path and cgroup.path.name.startswith(f"stepwise-swe-bench-{os.getpid()}-")
     assert (cgroup.path / "memory.max").read_text() == str(256 * MIB)
     assert (cgroup.path / "memory.swap.max").read_text() == "0"
@@ -231,7 +233,7 @@ def test_without_a_cgroup_the_process_tree_is_watched(tmp_path: Path, monkeypatc
     processes are summed and the command killed past the cap."""
     from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, remove_tree
 
-    monkeypatch.setattr(memory, "_hierarchy", lambda: None)
+    monkeypatch.setattr(memory, "own_hierarchy", lambda controller="memory": None)
     repo = tmp_path / "repo"
     repo.mkdir()
     hand_over(repo)
@@ -247,7 +249,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watcher_and_says_so(tmp_
     def refuse(*args) -> CgroupMemory:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(memory, "_hierarchy", lambda: Hierarchy(1, tmp_path))
+    monkeypatch.setattr(memory, "own_hierarchy", lambda controller="memory": Hierarchy(1, tmp_path))
     monkeypatch.setattr(CgroupMemory, "make", refuse)
     with caplog.at_level("WARNING", logger="stepwise_swe_bench.memory"):
         cap = memory.episode_memory(tmp_path / "repo", 256)
@@ -272,3 +274,40 @@ def test_volumes_made_at_once_are_all_recorded_and_removed(tmp_path: Path):
         for repo in repos:
             remove_tree(repo)
             assert leftovers(repo) == [], leftovers(repo)
+
+
+SPINNERS = """python3 -c '
+import os, time
+start = time.monotonic()
+for _ in range(8):  # each in a session of its own, as an attack would
+    if os.fork() == 0:
+        os.setsid()
+        while time.monotonic() - start < 3:
+            pass
+        os._exit(0)
+for _ in range(8):
+    os.wait()
+used = os.times()
+print(used.children_user + used.children_system, time.monotonic() - start)'"""
+"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds."""
+
+
+@pytest.mark.skipif(not ROOT, reason="the cpu cgroup is root's (v1 here)")
+def test_the_episodes_cpu_share_throttles_its_spinners(tmp_path: Path):
+    """Eight spinners in eight sessions get half a CPU together, not the machine; the cgroup is
+    removed with the repository."""
+    from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, remove_tree
+
+    repo = tmp_path / "repo"
+    assert make_volume(repo, 64, 2048)
+    hand_over(repo)
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=20, disk_mb=64, inodes=2048, episode_cpus=0.5))
+    assert sandbox.cpu is not None
+    cgroup = sandbox.cpu.path
+    assert (cgroup / "cpu.cfs_quota_us").read_text().strip() == "50000"
+    used, wall = map(float, asyncio.run(sandbox.run(SPINNERS)).output.split())
+    assert used <= 0.5 * wall + 0.3, (used, wall)
+    throttled = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+    assert int(throttled["nr_throttled"]) > 0
+    remove_tree(repo)
+    assert not cgroup.exists() and leftovers(repo) == []

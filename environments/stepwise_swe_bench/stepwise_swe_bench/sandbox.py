@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from . import keyring, memory, volume
+from . import cpu, keyring, memory, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
 from .process import Guard, run_process
@@ -220,6 +220,7 @@ def remove_tree(path: Path) -> None:
     removed, never followed; other file systems mounted inside are left alone. The episode's
     cgroup and volume (``path`` as its mount point) go with it."""
     memory.release(path)
+    cpu.release(path)
     volume.release(path)
     if os.geteuid() == 0:
         _release_uid(path)
@@ -353,8 +354,10 @@ class BwrapSandbox:
         self.privileged = os.geteuid() == 0
         self.uid, self.gid = sandbox_identity(self.repo) if self.privileged else (USERNS_ID, USERNS_ID)
         self._check()
-        self.memory = memory.episode_memory(self.repo, self.limits.episode_memory_mb)
+        self.memory = memory.episode_memory(self.repo, self.limits.episode_memory_mb, self.limits.episode_cpus)
         """The episode's memory cap: the repository's cgroup, or a watcher of each command."""
+        self.cpu = cpu.episode_cpu(self.repo, self.limits.episode_cpus)
+        """The episode's CPU share on cgroup v1 (None: on v2 the memory cgroup's, or none)."""
 
     # -- command line -------------------------------------------------------------------------
 
@@ -492,8 +495,9 @@ class BwrapSandbox:
             # run_process creates the process before it first awaits: nothing else can run in
             # this thread between the two, so the keyring is this command's alone.
             keyring.fresh_session_keyring()
+            argv = self.memory.join(cmd.argv)
             return await run_process(
-                self.memory.join(cmd.argv),
+                self.cpu.join(argv) if self.cpu is not None else argv,
                 label=label or command,
                 timeout_s=timeout_s or self.limits.timeout_s,
                 kept_bytes=kept_bytes or self.limits.output_kept_bytes,
