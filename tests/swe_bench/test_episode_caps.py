@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
 DISK_WORDS = f"the episode's disk cap of {CAPS['disk_mb']} MiB and {CAPS['inodes']} files"
 MEMORY_WORDS = f"killed: the episode's memory cap of {CAPS['episode_memory_mb']} MiB"
+FILES_WORDS = f"the episode's cap of {CAPS['episode_open_files']} open files"
 
 
 def check(results: dict[str, dict], kernel: bool) -> None:
@@ -56,6 +57,11 @@ def check(results: dict[str, dict], kernel: bool) -> None:
     assert f"[{MEMORY_WORDS}]" in mem["described"] and "survived" not in mem["described"]
     if kernel:
         assert mem["memory_peak_bytes"] <= CAPS["episode_memory_mb"] * MIB
+    # Open files: counted in both modes (of the cgroup's processes as root, else of the tree).
+    opened = results["open_files"]
+    assert opened["termination"] == "files_limit" and opened["cap"] == FILES_WORDS, opened
+    assert f"[killed: {FILES_WORDS}]" in opened["described"] and "survived" not in opened["described"]
+    assert opened["duration_s"] < 5  # not the 10 s it would hold them
 
 
 def test_caps_hold_in_this_processes_mode(tmp_path: Path):
@@ -78,10 +84,13 @@ def test_caps_hold_as_an_ordinary_user():
         "import sys; from pathlib import Path; from tests.swe_bench.cap_attacks import as_ordinary_user; "
         "as_ordinary_user(65534, Path(sys.argv[1]), Path('/usr/bin/python3'), sys.argv[2:])"
     )
+    env = {"PATH": os.environ["PATH"]}
+    if "PYTHONPATH" in os.environ:  # the code under test, where it is not the installed copy
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         child = subprocess.run(
             [sys.executable, "-c", script, str(root), *ATTACKS],
-            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env={"PATH": os.environ["PATH"]},
+            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env,
         )  # fmt: skip
         assert child.returncode == 0, child.stderr[-3000:]
         check(json.loads(child.stdout), kernel=False)

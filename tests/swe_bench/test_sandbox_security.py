@@ -174,8 +174,10 @@ import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cann
 from pathlib import Path
 
 import pytest
+from stepwise_swe_bench import keyring
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox
+keyring.filter_program(), keyring.fresh_session_keyring()  # their lazy imports, cached
 repo = Path(sys.argv[1])
 os.setgroups([])
 os.setresgid(65534, 65534, 65534)

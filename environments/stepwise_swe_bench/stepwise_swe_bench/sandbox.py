@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from . import cpu, keyring, memory, volume
+from . import cpu, keyring, memory, openfiles, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
 from .process import Guard, run_process
@@ -510,12 +510,14 @@ class BwrapSandbox:
 
     async def _guards(self, limits: SandboxLimits) -> list[Guard]:
         """The episode caps over one command: memory (the cgroup's OOM kills, or the process
-        tree's resident sets) and disk (the repository's volume, or a walk of its tree)."""
+        tree's resident sets), disk (the repository's volume, or a walk of its tree) and open
+        files (of the cgroup's processes, or of the tree's)."""
         if os.path.ismount(self.repo):
             disk: Guard = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
         else:
             disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
-        return [self.memory.guard(), disk]
+        procs = self.memory.path / "cgroup.procs" if isinstance(self.memory, memory.CgroupMemory) else None
+        return [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)]
 
     async def run(
         self,
