@@ -40,6 +40,22 @@ ATTACKS = {
     "deleted_file": "exec 3> hidden; rm hidden; for i in 1 2 3 4 5; do head -c 200M /dev/zero >&3; done; echo wrote",
 }
 
+SPINNERS = """python3 -c '
+import os, time
+start = time.monotonic()
+for _ in range(8):  # each in a session of its own, as an attack would
+    if os.fork() == 0:
+        os.setsid()
+        while time.monotonic() - start < 3:
+            pass
+        os._exit(0)
+for _ in range(8):
+    os.wait()
+used = os.times()
+print(used.children_user + used.children_system, time.monotonic() - start)'"""
+"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds. Not in ``ATTACKS``:
+the CPU share needs a writable cgroup, so it holds in root mode only."""
+
 
 def leftovers(repo: Path) -> list[str]:
     """What of the episode's caps is still on the host after its repository was removed."""

@@ -21,7 +21,7 @@ from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.memory import CgroupMemory, Hierarchy, TreeMemory, find_hierarchy
 from stepwise_swe_bench.volume import make_volume
 
-from .cap_attacks import ATTACKS, CAPS, MIB, leftovers, play
+from .cap_attacks import ATTACKS, CAPS, MIB, SPINNERS, leftovers, play
 
 NOBODY = 65534
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -283,22 +283,6 @@ def test_volumes_made_at_once_are_all_recorded_and_removed(tmp_path: Path):
         for repo in repos:
             remove_tree(repo)
             assert leftovers(repo) == [], leftovers(repo)
-
-
-SPINNERS = """python3 -c '
-import os, time
-start = time.monotonic()
-for _ in range(8):  # each in a session of its own, as an attack would
-    if os.fork() == 0:
-        os.setsid()
-        while time.monotonic() - start < 3:
-            pass
-        os._exit(0)
-for _ in range(8):
-    os.wait()
-used = os.times()
-print(used.children_user + used.children_system, time.monotonic() - start)'"""
-"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds."""
 
 
 @pytest.mark.skipif(not ROOT, reason="the cpu cgroup is root's (v1 here)")

@@ -2,12 +2,14 @@
 outside the repository, through a real ``vf-eval`` (root mode: ``setpriv``, a uid per
 repository; the same attacks run in both modes as scenarios of ``test_grading_attacks``).
 
-One run of stepwise__csvline-7, three rollouts: the gold fix (the control, reward 1); a model
-that tries every keyring call (a compiled program, by the native ABI and by ``int 0x80``),
-writes to ``/``, ``/dev`` and past ``/tmp``'s and ``/dev/shm``'s sizes, and leaves a setuid
-binary; and the gold fix whose library stores the hidden tests in a key when the tests import it
-(which, before the filter, a later eval's model could read). Before the run the host puts a key
-in its own session keyring, which every process of the eval inherits.
+One run of stepwise__csvline-7 with a CPU share of half a CPU and 4,096 open files per episode,
+five rollouts: the gold fix (the control, reward 1); a model that tries every keyring call (a
+compiled program, by the native ABI and by ``int 0x80``), writes to ``/``, ``/dev`` and past
+``/tmp``'s and ``/dev/shm``'s sizes, and leaves a setuid binary; the gold fix whose library
+stores the hidden tests in a key when the tests import it (which, before the filter, a later
+eval's model could read); a model that starts eight spinners in sessions of their own; one that
+holds 6,000 open files in six processes. Before the run the host puts a key in its own session
+keyring, which every process of the eval inherits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from stepwise_swe_bench.sandbox import UID_BASE
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
+from .cap_attacks import ATTACKS, SPINNERS
 from .kernel_attacks import (
     KEYRING_PROBE,
     KEYRING_REFUSED,
@@ -40,6 +43,8 @@ pytestmark = [
 ]
 
 TASK = "stepwise__csvline-7"
+EPISODE_CPUS, EPISODE_OPEN_FILES = 0.5, 4096
+ROLLOUTS = ("probe", "stash", "spin", "files")
 
 
 def call(name: str, **arguments) -> Reply:
@@ -66,6 +71,10 @@ def stash() -> list:
     return [call("bash", command=f"# stash\n{apply}"), call("submit"), "Fixed, and kept a copy."]
 
 
+def hog(name: str, command: str) -> list:
+    return [call("bash", command=f"# {name}\n{command}"), call("submit"), "Done."]
+
+
 def sandbox_uids_with_keys() -> list[str]:
     """Users in the sandbox uid range that the kernel charges keys to (``/proc/key-users``)."""
     users = (line.split(":")[0].strip() for line in Path("/proc/key-users").read_text().splitlines())
@@ -74,25 +83,28 @@ def sandbox_uids_with_keys() -> list[str]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict[str, dict]:
-    """Each rollout's trace info and turn rewards, by ``gold``, ``probe`` or ``stash``."""
+    """Each rollout's trace info and turn rewards, by ``gold`` or one of ``ROLLOUTS``."""
     libc = ctypes.CDLL(None, use_errno=True)
     secret = b"the host's secret"
     assert libc.syscall(248, b"user", b"host-secret", secret, len(secret), ctypes.c_long(-3)) > 0  # @s
     home = tmp_path_factory.mktemp("home")
     flags = [
-        "stepwise-swe-bench", "-n", "1", "-r", "3", "--env.max-turns", "1",
+        "stepwise-swe-bench", "-n", "1", "-r", str(1 + len(ROLLOUTS)), "--env.max-turns", "1",
         "--env.taskset.instance-ids", json.dumps([TASK]),
+        "--env.taskset.task.sandbox.episode-cpus", str(EPISODE_CPUS),
+        "--env.taskset.task.sandbox.episode-open-files", str(EPISODE_OPEN_FILES),
     ]  # fmt: skip
-    with ModelServer(scripted({"csvline": PerRollout(gold(), probe(), stash())})) as server:
+    plans = PerRollout(gold(), probe(), stash(), hog("spin", SPINNERS), hog("files", ATTACKS["open_files"]))
+    with ModelServer(scripted({"csvline": plans})) as server:
         done = run_vf_eval(flags, server.base_url, output_dir=home / "outputs", env={"HOME": str(home)})
     found = {}
     for episode in done.episodes:
         trace = episode.traces[0]
         assert trace.ok, trace.errors
         calls = trace.info["swe_bench"]["tool_calls"]
-        name = next((n for n in ("probe", "stash") if calls[0]["input"].startswith(f"# {n}")), "gold")
+        name = next((n for n in ROLLOUTS if calls[0]["input"].startswith(f"# {n}")), "gold")
         found[name] = {**trace.info["swe_bench"], "turn_rewards": trace.info["turn_rewards"]}
-    assert sorted(found) == ["gold", "probe", "stash"]
+    assert sorted(found) == sorted(["gold", *ROLLOUTS])
     return found
 
 
@@ -115,3 +127,15 @@ def test_the_library_cannot_stash_the_hidden_tests_in_a_key(run):
     assert KEYRING_STASH_REFUSED in round_["test_output"]
     # No key is charged to any sandbox uid: nothing is left for a later eval to read.
     assert sandbox_uids_with_keys() == []
+
+
+def test_the_episodes_spinners_get_its_cpu_share_only(run):
+    (spin,) = run["spin"]["tool_calls"][:1]
+    used, wall = map(float, spin["output"].split())
+    assert used <= EPISODE_CPUS * wall + 0.3, (used, wall)
+
+
+def test_the_episodes_open_files_are_capped(run):
+    held = run["files"]["tool_calls"][0]
+    assert held["termination"] == "files_limit", held
+    assert held["cap"] == f"the episode's cap of {EPISODE_OPEN_FILES} open files"
