@@ -26,10 +26,8 @@ from pathlib import Path
 
 from . import memory
 
-__all__ = ["CgroupCpu", "PERIOD_US", "episode_cpu", "release"]
+__all__ = ["CgroupCpu", "episode_cpu", "release"]
 
-PERIOD_US = 100_000
-"""CFS bandwidth period: the quota is ``episode_cpus`` times this, renewed every period."""
 _log = logging.getLogger(__name__)
 
 
@@ -45,8 +43,8 @@ class CgroupCpu:
         path = parent / f"{memory.PREFIX}{memory.maker()}-{uuid.uuid4().hex[:8]}"
         path.mkdir()
         try:
-            (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (path / "cpu.cfs_quota_us").write_text(str(quota_us(cpus)))
+            (path / "cpu.cfs_period_us").write_text(str(memory.PERIOD_US))
+            (path / "cpu.cfs_quota_us").write_text(str(memory.quota_us(cpus)))
         except BaseException:
             path.rmdir()
             raise
@@ -56,11 +54,6 @@ class CgroupCpu:
     def join(self, argv: list[str]) -> list[str]:
         """``argv`` started inside this cgroup."""
         return ["/bin/sh", "-c", memory.JOIN, str(self.path / "cgroup.procs"), *argv]
-
-
-def quota_us(cpus: float) -> int:
-    """The quota per period for ``cpus`` CPUs (the kernel's minimum is 1 ms)."""
-    return max(1000, round(cpus * PERIOD_US))
 
 
 def _marker(repo: Path) -> Path:

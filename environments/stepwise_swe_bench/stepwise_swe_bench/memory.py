@@ -44,8 +44,8 @@ from .process import Breach
 from .proctree import descendants, resident_bytes, start_time
 
 __all__ = [
-    "JOIN", "MADE", "PREFIX", "CgroupMemory", "Hierarchy", "TreeMemory", "episode_memory", "find_hierarchy",
-    "maker", "own_hierarchy", "release", "remove", "sweep",
+    "JOIN", "MADE", "PERIOD_US", "PREFIX", "CgroupMemory", "Hierarchy", "TreeMemory", "episode_memory",
+    "find_hierarchy", "maker", "own_hierarchy", "quota_us", "release", "remove", "sweep",
 ]  # fmt: skip
 
 MIB = 1024 * 1024
@@ -57,6 +57,13 @@ PREFIX = "stepwise-swe-bench-"
 _log = logging.getLogger(__name__)
 JOIN = 'echo 0 > "$0" && exec "$@"'
 """sh: move this process into the cgroup whose ``cgroup.procs`` is ``$0``, then exec the rest."""
+PERIOD_US = 100_000
+"""CFS bandwidth period of an episode's CPU share (``cpu``): its quota is renewed every period."""
+
+
+def quota_us(cpus: float) -> int:
+    """The CPU quota per period for ``cpus`` CPUs (the kernel's minimum is 1 ms)."""
+    return max(1000, round(cpus * PERIOD_US))
 
 
 def _cap_words(cap_mb: int) -> str:
@@ -151,8 +158,6 @@ class CgroupMemory:
                     (path / "memory.swap.max").write_text("0")
                 (path / "memory.oom.group").write_text("1")
                 if cpus is not None and (path / "cpu.max").exists():
-                    from .cpu import PERIOD_US, quota_us
-
                     (path / "cpu.max").write_text(f"{quota_us(cpus)} {PERIOD_US}")
         except BaseException:
             path.rmdir()
