@@ -79,6 +79,22 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     "shadow_pytest": ([write("pytest.py", FAKE_PYTEST)], False),
     "shadow_pytest_package": ([write("_pytest/__init__.py", "")], False),
     "shadow_stdlib": ([write("unittest.py", "")], False),
+    # Past a list of names: a compiled module shadowing a standard-library one (no .py name), a
+    # new package of any name, a compiled module inside the package, metadata in capitals.
+    "shadow_compiled": (
+        ["printf x > fnmatch$(python -c 'import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])')"],
+        False,
+    ),
+    "new_top_level_package": ([write("helpers/__init__.py", "")], False),
+    "compiled_in_package": (["printf x > slugs/slugify.abi3.so"], False),
+    "metadata_case": (
+        [
+            write("PASSALL-1.0.DIST-INFO/METADATA", "Metadata-Version: 2.1\nName: passall\nVersion: 1.0\n"),
+            write("PASSALL-1.0.DIST-INFO/entry_points.txt", "[pytest11]\npassall = slugs.passall\n"),
+            write("slugs/passall.py", PASS_ALL),
+        ],
+        False,
+    ),
     "sitecustomize": ([write("sitecustomize.py", "")], False),
     "path_hook": ([write("evil.pth", "import os\n")], False),
     "plugin_entry_point": (
@@ -140,9 +156,16 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     "fix_unreadable": (["chmod 000 slugs/slugify.py"], True),
     "fix_locked_workdir": (["chmod 000 ."], True),
     "fix_with_metadata_change": (["sed -i 's/1.0.3/1.0.4/' pyproject.toml"], True),
+    # New files inside the base commit's names, or under names no import reaches, are allowed.
+    "fix_with_new_files": (
+        [write("slugs/extra.py", "X = 1\n"), write("NOTES.txt", "notes\n"), write(".github/notes.md", "n\n")],
+        True,
+    ),
     "fix_with_deep_tree": (
         [
-            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p $deep && cd $deep && echo bottom > f.txt "
+            # Under a name no import reaches (a new top-level package would be refused).
+            "deep=$(printf 'd/%.0s' $(seq 1000)) && mkdir -p deep-tree/$deep && cd deep-tree/$deep "
+            "&& echo bottom > f.txt "
             "&& chmod 000 .. . && echo built"
         ],
         True,
@@ -216,12 +239,15 @@ async def attempt(workdir: Path, name: str, python: Path | None = None) -> dict:
 def _setid(repo: Path) -> dict:
     """What is left in the repository with a setuid/setgid bit (host-side), and whether the
     repository is a ``nosuid`` mount (None: not a mount)."""
-    found = []
-    for root, dirs, files in os.walk(repo):
-        for name in (*dirs, *files):
-            with contextlib.suppress(OSError):
-                if os.lstat(os.path.join(root, name)).st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    found.append(os.path.relpath(os.path.join(root, name), repo))
+    found, stack = [], [str(repo)]
+    while stack:  # not os.walk: it recurses in Python 3.11, and a scenario builds 1,000 levels
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if mode & (stat.S_ISUID | stat.S_ISGID):
+                    found.append(os.path.relpath(entry.path, repo))
+                if stat.S_ISDIR(mode):
+                    stack.append(entry.path)
     nosuid = None
     if os.path.ismount(repo):
         nosuid = bool(os.statvfs(repo).f_flag & os.ST_NOSUID)
