@@ -419,3 +419,45 @@ def test_the_runtime_folder_is_the_owners_alone(tmp_path: Path):
         assert (folder.stat().st_mode & 0o777) == 0o700
     finally:
         remove_tree(Path(ref.repo))
+
+
+def test_past_the_key_quota_a_thread_keeps_its_last_fresh_keyring(monkeypatch, caplog):
+    """An ordinary user's key quota (200 keys) can run out while many commands hold their
+    keyrings: the thread's last fresh keyring is used (warned once); never the host's."""
+    import errno
+    import threading
+
+    from stepwise_swe_bench import keyring
+
+    class Libc:
+        answers = [7, -1, -1]  # a serial, then EDQUOT twice
+
+        def syscall(self, *args):
+            return self.answers.pop(0)
+
+    monkeypatch.setattr(keyring, "_keyctl", lambda: (Libc(), 250))
+    monkeypatch.setattr(keyring.ctypes, "get_errno", lambda: errno.EDQUOT)
+
+    def in_a_thread(calls: int) -> list:
+        """What ``calls`` keyring joins in a new thread ended with (None: no error)."""
+        ended: list = []
+
+        def run() -> None:
+            try:
+                for _ in range(calls):
+                    keyring.fresh_session_keyring()
+                ended.append(None)
+            except OSError as error:
+                ended.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return ended
+
+    assert in_a_thread(3) == [None]
+    warned = [r.message for r in caplog.records if "key quota reached" in r.message]
+    assert warned == ["key quota reached: sandboxed commands of this thread share its last session keyring"]
+    Libc.answers = [-1]  # a thread that never joined a fresh keyring: refused, and said where
+    (error,) = in_a_thread(1)
+    assert "KEYCTL_JOIN_SESSION_KEYRING) before a sandbox" in str(error)

@@ -20,7 +20,7 @@ tests in a key that a later rollout, or a later eval, reads. Two layers:
   keyring counts against its user's key quota until the last command holding it ends (an
   ordinary user's is 200 keys, ``/proc/sys/kernel/keys/maxkeys``; root's 1,000,000): past the
   quota a command gets the keyring its thread joined last (fresh once, never the host's) and a
-  warning is logged once.
+  warning is logged once per thread; a thread that never joined one raises.
 """
 
 from __future__ import annotations
