@@ -346,7 +346,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
         lines = [
             f"Round {round_index + 1} was not graded: {grade.rejected}. Your diff against the base "
             "commit is graded on a fresh checkout; it may change the code, not the tests, conftest.py, "
-            "pytest's configuration, byte code, package metadata, start-up hooks or symbolic links. "
+            "pytest's configuration, byte code, compiled modules, package metadata, start-up hooks or "
+            "symbolic links, and it may add files only inside the repository's existing top-level packages "
+            "and modules (or where no import reaches). "
             "Remove those changes."
         ]
     elif not grade.log_parsed:
