@@ -461,3 +461,21 @@ def test_past_the_key_quota_a_thread_keeps_its_last_fresh_keyring(monkeypatch, c
     Libc.answers = [-1]  # a thread that never joined a fresh keyring: refused, and said where
     (error,) = in_a_thread(1)
     assert "KEYCTL_JOIN_SESSION_KEYRING) before a sandbox" in str(error)
+
+
+def test_without_libseccomp_commands_are_refused_with_how_to_install_it(monkeypatch):
+    import sys
+
+    from stepwise_swe_bench import keyring
+    from stepwise_swe_bench import sandbox as sandbox_module
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # not installed
+    with pytest.raises(keyring.KeyringUnavailable, match="pyseccomp is not installed"):
+        keyring._libseccomp()
+
+    def no_library() -> bytes:
+        raise keyring.KeyringUnavailable("libseccomp is not installed (Unable to find libseccomp); install it ...")
+
+    monkeypatch.setattr(keyring, "filter_program", no_library)
+    with pytest.raises(sandbox_module.SandboxUnavailable, match="without their syscall filter: libseccomp is not"):
+        sandbox_module._seccomp.__wrapped__()
