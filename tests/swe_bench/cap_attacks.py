@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 MIB = 1024 * 1024
-CAPS = {"disk_mb": 64, "inodes": 2048, "episode_memory_mb": 256}
+CAPS = {"disk_mb": 64, "inodes": 2048, "episode_memory_mb": 256, "episode_open_files": 4096}
 # name -> command; every one of them goes past a cap.
 ATTACKS = {
     # 1 GiB in five files, each under the 256 MiB per-file limit.
@@ -27,9 +27,34 @@ ATTACKS = {
         "        b = bytearray(200 * 1024 * 1024); time.sleep(5); os._exit(0)\n"
         "for _ in range(6): os.wait()'; echo survived"
     ),
+    # 6,000 open files in six processes of their own sessions, each under the 1,024 per process.
+    "open_files": (
+        "python3 -c 'import os, time\n"
+        "for _ in range(6):\n"
+        "    if os.fork() == 0:\n"
+        '        os.setsid(); held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1000)]; time.sleep(10)\n'
+        "        os._exit(0)\n"
+        "for _ in range(6): os.wait()'; echo survived"
+    ),
     # Space the tree does not show: a file deleted while a process keeps writing it.
     "deleted_file": "exec 3> hidden; rm hidden; for i in 1 2 3 4 5; do head -c 200M /dev/zero >&3; done; echo wrote",
 }
+
+SPINNERS = """python3 -c '
+import os, time
+start = time.monotonic()
+for _ in range(8):  # each in a session of its own, as an attack would
+    if os.fork() == 0:
+        os.setsid()
+        while time.monotonic() - start < 3:
+            pass
+        os._exit(0)
+for _ in range(8):
+    os.wait()
+used = os.times()
+print(used.children_user + used.children_system, time.monotonic() - start)'"""
+"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds. Not in ``ATTACKS``:
+the CPU share needs a writable cgroup, so it holds in root mode only."""
 
 
 def leftovers(repo: Path) -> list[str]:
@@ -106,6 +131,10 @@ def as_ordinary_user(uid: int, workdir: Path, python: Path, names: list[str]) ->
     import stepwise_swe_bench.limits
     import stepwise_swe_bench.sandbox
     import stepwise_swe_bench.volume  # noqa: F401
+    from stepwise_swe_bench import keyring
+
+    keyring.filter_program()  # its lazy imports (pyseccomp, ctypes.util), cached
+    keyring.fresh_session_keyring()
 
     os.setgroups([])
     os.setresgid(uid, uid, uid)

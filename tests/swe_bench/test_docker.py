@@ -158,6 +158,9 @@ async def test_commands_and_grading_in_the_official_image(docker: Path):
     for started in (run, grader_run):
         assert started[started.index("--entrypoint") + 1] == "sleep" and started[-2:] == [IMAGE, "infinity"]
         assert {"NET_ADMIN", "NET_RAW"} <= {started[i + 1] for i, a in enumerate(started) if a == "--cap-drop"}
+        # The engine's default seccomp profile stays on: it refuses add_key, request_key and
+        # keyctl (the container's counterpart of the bubblewrap sandbox's filter).
+        assert "--privileged" not in started and not any("seccomp" in a or "unconfined" in a for a in started)
     cuts = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
     for name in (container, grader):  # neither may reach the network
         (cut,) = [c for c in cuts if f"container:{name}" in c]

@@ -21,13 +21,14 @@ from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.memory import CgroupMemory, Hierarchy, TreeMemory, find_hierarchy
 from stepwise_swe_bench.volume import make_volume
 
-from .cap_attacks import ATTACKS, CAPS, MIB, leftovers, play
+from .cap_attacks import ATTACKS, CAPS, MIB, SPINNERS, leftovers, play
 
 NOBODY = 65534
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
 DISK_WORDS = f"the episode's disk cap of {CAPS['disk_mb']} MiB and {CAPS['inodes']} files"
 MEMORY_WORDS = f"killed: the episode's memory cap of {CAPS['episode_memory_mb']} MiB"
+FILES_WORDS = f"the episode's cap of {CAPS['episode_open_files']} open files"
 
 
 def check(results: dict[str, dict], kernel: bool) -> None:
@@ -56,6 +57,11 @@ def check(results: dict[str, dict], kernel: bool) -> None:
     assert f"[{MEMORY_WORDS}]" in mem["described"] and "survived" not in mem["described"]
     if kernel:
         assert mem["memory_peak_bytes"] <= CAPS["episode_memory_mb"] * MIB
+    # Open files: counted in both modes (of the cgroup's processes as root, else of the tree).
+    opened = results["open_files"]
+    assert opened["termination"] == "files_limit" and opened["cap"] == FILES_WORDS, opened
+    assert f"[killed: {FILES_WORDS}]" in opened["described"] and "survived" not in opened["described"]
+    assert opened["duration_s"] < 5  # not the 10 s it would hold them
 
 
 def test_caps_hold_in_this_processes_mode(tmp_path: Path):
@@ -78,10 +84,13 @@ def test_caps_hold_as_an_ordinary_user():
         "import sys; from pathlib import Path; from tests.swe_bench.cap_attacks import as_ordinary_user; "
         "as_ordinary_user(65534, Path(sys.argv[1]), Path('/usr/bin/python3'), sys.argv[2:])"
     )
+    env = {"PATH": os.environ["PATH"]}
+    if "PYTHONPATH" in os.environ:  # the code under test, where it is not the installed copy
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         child = subprocess.run(
             [sys.executable, "-c", script, str(root), *ATTACKS],
-            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env={"PATH": os.environ["PATH"]},
+            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env,
         )  # fmt: skip
         assert child.returncode == 0, child.stderr[-3000:]
         check(json.loads(child.stdout), kernel=False)
@@ -209,11 +218,13 @@ def test_a_v2_cgroup_gets_the_cap_swap_off_and_group_oom(tmp_path: Path):
         real_mkdir(self, *args, **kwargs)
         (self / "memory.swap.max").write_text("max")
         (self / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+        (self / "cpu.max").write_text("max 100000")  # the parent hands the cpu controller down
 
     from unittest import mock
 
     with mock.patch.object(Path, "mkdir", mkdir_with_files):
-        cgroup = CgroupMemory.make(Hierarchy(2, tmp_path), 256)
+        cgroup = CgroupMemory.make(Hierarchy(2, tmp_path), 256, cpus=0.5)
+    assert (cgroup.path / "cpu.max").read_text() == "50000 100000"  # the episode's CPU share
     assert cgroup.path.parent == tmp_path and cgroup.path.name.startswith(f"stepwise-swe-bench-{os.getpid()}-")
     assert (cgroup.path / "memory.max").read_text() == str(256 * MIB)
     assert (cgroup.path / "memory.swap.max").read_text() == "0"
@@ -231,7 +242,7 @@ def test_without_a_cgroup_the_process_tree_is_watched(tmp_path: Path, monkeypatc
     processes are summed and the command killed past the cap."""
     from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, remove_tree
 
-    monkeypatch.setattr(memory, "_hierarchy", lambda: None)
+    monkeypatch.setattr(memory, "own_hierarchy", lambda controller="memory": None)
     repo = tmp_path / "repo"
     repo.mkdir()
     hand_over(repo)
@@ -247,7 +258,7 @@ def test_a_cgroup_that_cannot_be_made_falls_back_to_the_watcher_and_says_so(tmp_
     def refuse(*args) -> CgroupMemory:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(memory, "_hierarchy", lambda: Hierarchy(1, tmp_path))
+    monkeypatch.setattr(memory, "own_hierarchy", lambda controller="memory": Hierarchy(1, tmp_path))
     monkeypatch.setattr(CgroupMemory, "make", refuse)
     with caplog.at_level("WARNING", logger="stepwise_swe_bench.memory"):
         cap = memory.episode_memory(tmp_path / "repo", 256)
@@ -272,3 +283,24 @@ def test_volumes_made_at_once_are_all_recorded_and_removed(tmp_path: Path):
         for repo in repos:
             remove_tree(repo)
             assert leftovers(repo) == [], leftovers(repo)
+
+
+@pytest.mark.skipif(not ROOT, reason="the cpu cgroup is root's (v1 here)")
+def test_the_episodes_cpu_share_throttles_its_spinners(tmp_path: Path):
+    """Eight spinners in eight sessions get half a CPU together, not the machine; the cgroup is
+    removed with the repository."""
+    from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over, remove_tree
+
+    repo = tmp_path / "repo"
+    assert make_volume(repo, 64, 2048)
+    hand_over(repo)
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=20, disk_mb=64, inodes=2048, episode_cpus=0.5))
+    assert sandbox.cpu is not None
+    cgroup = sandbox.cpu.path
+    assert (cgroup / "cpu.cfs_quota_us").read_text().strip() == "50000"
+    used, wall = map(float, asyncio.run(sandbox.run(SPINNERS)).output.split())
+    assert used <= 0.5 * wall + 0.3, (used, wall)
+    throttled = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+    assert int(throttled["nr_throttled"]) > 0
+    remove_tree(repo)
+    assert not cgroup.exists() and leftovers(repo) == []

@@ -30,7 +30,9 @@ import asyncio, json, os, sys
 import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cannot read this Python
 from pathlib import Path
 import stepwise_swe_bench
+from stepwise_swe_bench import keyring
 from stepwise_swe_bench.sandbox import HIDDEN, BwrapSandbox
+keyring.filter_program(), keyring.fresh_session_keyring()  # their lazy imports, cached
 
 package = Path(stepwise_swe_bench.__file__).parent
 assert HIDDEN == (package / "fixtures",), (HIDDEN, package)

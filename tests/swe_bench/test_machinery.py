@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from stepwise_swe_bench.machinery import Change, check_change, hidden_test_dirs
+from stepwise_swe_bench.machinery import Change, check_change, hidden_test_dirs, top_level_names
 
 DJANGO = {"tests/model_fields/tests.py"}
 ASTROPY = {"astropy/modeling/tests/test_separable.py"}
@@ -50,3 +50,44 @@ def test_hidden_test_dirs_are_the_nearest_named_ancestor():
         "tests",
         "astropy/modeling/tests",
     }
+
+
+def added(path: str) -> Change:
+    return Change(path, "A", "000000", "100644")
+
+
+BASE = top_level_names(
+    "040000 tree 1\tslugs\n100644 blob 2\tREADME.md\n100644 blob 3\tsetup.py\n040000 tree 4\tsrc/core\n"
+    '100644 blob 5\t"na\\303\\257ve.py"\n'
+)
+
+
+def test_the_base_commits_importable_names():
+    assert BASE == frozenset({"slugs", "setup", "src/core"})  # README.md imports as nothing
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["slugs/extra.py", "slugs/sub/__init__.py", "src/core/new.py", "README.rst", ".github/ci.yml", "my-docs/a.md"],
+)
+def test_a_diff_may_add_inside_the_base_names_or_where_no_import_reaches(path):
+    assert check_change(added(path), set(), base_names=BASE) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("helpers/__init__.py", "adds the top-level importable name 'helpers'"),
+        ("docs/index.md", "adds the top-level importable name 'docs'"),  # a namespace package
+        ("pytest.py", "adds the top-level importable name 'pytest'"),
+        ("src/other/__init__.py", "adds the top-level importable name 'other'"),
+        ("fnmatch.cpython-311-x86_64-linux-gnu.so", "is a compiled module"),
+        ("slugs/slugify.abi3.so", "is a compiled module"),
+        ("slugs/native.PYD", "is a compiled module"),
+        ("codecs.pyw", "adds the top-level importable name 'codecs'"),
+        ("Passall-1.0.Dist-Info/entry_points.txt", "is package metadata"),
+        ("x.EGG-INFO/PKG-INFO", "is package metadata"),
+    ],
+)
+def test_a_diff_may_not_add_a_new_importable_name_compiled_code_or_metadata(path, reason):
+    assert reason in check_change(added(path), set(), base_names=BASE)

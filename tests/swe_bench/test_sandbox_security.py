@@ -174,8 +174,10 @@ import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cann
 from pathlib import Path
 
 import pytest
+from stepwise_swe_bench import keyring
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox
+keyring.filter_program(), keyring.fresh_session_keyring()  # their lazy imports, cached
 repo = Path(sys.argv[1])
 os.setgroups([])
 os.setresgid(65534, 65534, 65534)
@@ -359,3 +361,121 @@ def test_live_repositories_never_share_a_uid(tmp_path: Path):
     hand_over(second)
     assert sandbox_identity(second)[0] == uid_a
     remove_tree(second)
+
+
+KEYRING_OF_THE_COMMAND = (
+    'python3 -c "import ctypes, os; l = ctypes.CDLL(None, use_errno=True); '
+    "print(l.syscall(250, 0, ctypes.c_long(-3), 0), "  # KEYCTL_GET_KEYRING_ID of @s
+    "l.syscall(250, 11, ctypes.c_long(-3), 0, 0), "  # KEYCTL_READ of @s: the bytes of its key ids
+    'os.strerror(ctypes.get_errno()))"'
+)
+
+
+def test_the_keyring_calls_are_refused(sandbox: BwrapSandbox):
+    result = run(sandbox, KEYRING_OF_THE_COMMAND)
+    assert result.output.split() == ["-1", "-1", "Operation", "not", "permitted"]
+    still_usable(sandbox)
+
+
+def test_each_command_has_a_fresh_empty_session_keyring(repo: Path, monkeypatch):
+    """The second layer on its own (the filter swapped for one that allows every call): the
+    command's session keyring is not the host's, holds nothing, and is another one each time."""
+    import ctypes
+
+    import pyseccomp
+    from stepwise_swe_bench import sandbox as sandbox_module
+
+    allow = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    program = os.memfd_create("allow")
+    with open(program, "rb") as file:
+        allow.export_bpf(file)
+        file.seek(0)
+        allow_all = file.read()
+    monkeypatch.setattr(sandbox_module, "_seccomp", lambda: allow_all)
+    libc = ctypes.CDLL(None, use_errno=True)
+    host = libc.syscall(250, 0, ctypes.c_long(-3), 1)
+    secret = b"host-secret"
+    assert libc.syscall(248, b"user", b"host-secret", secret, len(secret), ctypes.c_long(-3)) > 0
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=20))
+    seen = [run(sandbox, KEYRING_OF_THE_COMMAND).output.split() for _ in range(2)]
+    # Its own keyring (another serial than the host's), empty (0 bytes of key ids to read).
+    assert [s[1] for s in seen] == ["0", "0"], seen
+    assert len({host, int(seen[0][0]), int(seen[1][0])}) == 3, (host, seen)
+
+
+def test_the_runtime_folder_is_the_owners_alone(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from stepwise_swe_bench.box import prepare_box
+    from stepwise_swe_bench.instances import load_instances
+    from stepwise_swe_bench.sandbox import remove_tree
+
+    (instance,) = load_instances(instance_ids=["stepwise__slugs-21"])
+    folder = tmp_path / "runtime"
+    folder.mkdir(mode=0o755)
+    runtime = SimpleNamespace(type="subprocess", info=SimpleNamespace(id=str(folder)))
+    ref, _ = asyncio.run(prepare_box(runtime, instance, SandboxLimits()))
+    try:
+        assert (folder.stat().st_mode & 0o777) == 0o700
+    finally:
+        remove_tree(Path(ref.repo))
+
+
+def test_past_the_key_quota_a_thread_keeps_its_last_fresh_keyring(monkeypatch, caplog):
+    """An ordinary user's key quota (200 keys) can run out while many commands hold their
+    keyrings: the thread's last fresh keyring is used (warned once); never the host's."""
+    import errno
+    import threading
+
+    from stepwise_swe_bench import keyring
+
+    class Libc:
+        answers = [7, -1, -1]  # a serial, then EDQUOT twice
+
+        def syscall(self, *args):
+            return self.answers.pop(0)
+
+    monkeypatch.setattr(keyring, "_keyctl", lambda: (Libc(), 250))
+    monkeypatch.setattr(keyring.ctypes, "get_errno", lambda: errno.EDQUOT)
+
+    def in_a_thread(calls: int) -> list:
+        """What ``calls`` keyring joins in a new thread ended with (None: no error)."""
+        ended: list = []
+
+        def run() -> None:
+            try:
+                for _ in range(calls):
+                    keyring.fresh_session_keyring()
+                ended.append(None)
+            except OSError as error:
+                ended.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return ended
+
+    assert in_a_thread(3) == [None]
+    warned = [r.message for r in caplog.records if "key quota reached" in r.message]
+    assert warned == ["key quota reached: sandboxed commands of this thread share its last session keyring"]
+    Libc.answers = [-1]  # a thread that never joined a fresh keyring: refused, and said where
+    (error,) = in_a_thread(1)
+    assert "KEYCTL_JOIN_SESSION_KEYRING) before a sandbox" in str(error)
+
+
+def test_without_libseccomp_commands_are_refused_with_how_to_install_it(monkeypatch):
+    import sys
+
+    from stepwise_swe_bench import keyring
+    from stepwise_swe_bench import sandbox as sandbox_module
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # not installed
+    with pytest.raises(keyring.KeyringUnavailable, match="pyseccomp is not installed"):
+        keyring._libseccomp()
+
+    def no_library() -> bytes:
+        raise keyring.KeyringUnavailable("libseccomp is not installed (Unable to find libseccomp); install it ...")
+
+    monkeypatch.setattr(keyring, "filter_program", no_library)
+    with pytest.raises(sandbox_module.SandboxUnavailable, match="without their syscall filter: libseccomp is not"):
+        sandbox_module._seccomp.__wrapped__()

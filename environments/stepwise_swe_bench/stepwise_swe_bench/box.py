@@ -59,6 +59,9 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
         from .fixtures import base_checkout, materialize
 
         def local() -> BwrapSandbox:
+            # The runtime's folder holds the repository and its grading copies: no other user
+            # may reach them (a file there could be setuid to the repository's owner).
+            repo.parent.chmod(0o700)
             make_volume(repo, limits.disk_mb, limits.inodes)  # where it can: the disk caps
             try:
                 materialize(instance, repo)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .instances import SweInstance
-from .machinery import check_change, needs_content, parse_raw_diff, touched_paths
+from .machinery import check_change, needs_content, parse_raw_diff, top_level_name, top_level_names, touched_paths
 from .output import CommandResult, printable
 from .sandbox import Sandbox
 from .verdict import TestRun, judge, make_plan, split_eval_script
@@ -203,13 +203,24 @@ async def apply_patch(sandbox: Sandbox, patch: str, instance: SweInstance, *, ti
     if raw.exit_code != 0:
         return f"the applied diff could not be read back: {printable(raw.output).strip()[-500:]}"
     hidden = touched_paths(instance.test_patch)
+    changes = parse_raw_diff(raw.output)
+    base_names: frozenset[str] = frozenset()
+    if any(c.added and top_level_name(c.path) for c in changes):  # else no need to list the base
+        listed = await sandbox.run(
+            f"{_GIT} ls-tree HEAD && {{ {_GIT} ls-tree HEAD:src 2>/dev/null | sed 's|\t|\tsrc/|'; true; }}",
+            kept_bytes=MAX_PATCH_BYTES,
+            timeout_s=timeout_s,
+        )
+        if listed.exit_code != 0:
+            return f"the base commit's files could not be listed: {printable(listed.output).strip()[-500:]}"
+        base_names = top_level_names(listed.output)
     reasons = []
-    for change in parse_raw_diff(raw.output):
+    for change in changes:
         before = after = None
         if needs_content(change):
             before = None if change.added else await _blob(sandbox, f"HEAD:{change.path}", timeout_s)
             after = None if change.status == "D" else await _blob(sandbox, f":{change.path}", timeout_s)
-        reason = check_change(change, hidden, before, after)
+        reason = check_change(change, hidden, before, after, base_names)
         if reason is not None:
             reasons.append(reason)
     if reasons:
@@ -240,7 +251,7 @@ async def grade(
     unparsed = RoundGrade(
         "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=exit_code
     )
-    if result.termination in ("timeout", "memory_limit", "disk_limit"):
+    if result.termination in ("timeout", "memory_limit", "disk_limit", "files_limit"):
         return unparsed  # killed mid-run: what its log shows is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)
@@ -335,7 +346,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
         lines = [
             f"Round {round_index + 1} was not graded: {grade.rejected}. Your diff against the base "
             "commit is graded on a fresh checkout; it may change the code, not the tests, conftest.py, "
-            "pytest's configuration, byte code, package metadata, start-up hooks or symbolic links. "
+            "pytest's configuration, byte code, compiled modules, package metadata, start-up hooks or "
+            "symbolic links, and it may add files only inside the repository's existing top-level packages "
+            "and modules (or where no import reaches). "
             "Remove those changes."
         ]
     elif not grade.log_parsed:

@@ -55,6 +55,13 @@ class SandboxLimits(BaseConfig):
     """Per episode: resident memory of every process of the episode's commands together (a
     memory cgroup, swap included; else a watcher of the process tree, ``memory``; bubblewrap
     sandbox only)."""
+    episode_open_files: int = Field(16_384, gt=0)
+    """Per episode: open files of its running processes together (counted while each command
+    runs, ``openfiles``; bubblewrap sandbox only). The kernel's bound is ``processes`` times
+    ``open_files``."""
+    episode_cpus: float = Field(1.0, gt=0)
+    """Per episode: CPUs' worth of time the episode's commands get together, throttled beyond
+    (a cpu cgroup, ``cpu``; where cgroups are writable, bubblewrap sandbox only)."""
 
     @model_validator(mode="after")
     def _inodes_fit(self) -> SandboxLimits:

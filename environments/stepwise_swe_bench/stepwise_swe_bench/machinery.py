@@ -22,14 +22,20 @@ rule follows how pytest (9.2, ``_pytest/config/findpaths.py``, ``_pytest/python.
 - is a test module by pytest's default pattern (``test_*.py``, ``*_test.py``);
 - is byte code (``*.pyc``/``*.pyo``, ``__pycache__``): an ``unchecked-hash`` pyc (PEP 552) is
   imported without looking at its source, so it could replace a hidden test module;
-- is package metadata or a start-up hook: ``*.dist-info``/``*.egg-info`` (``importlib.metadata``
-  scans every ``sys.path`` entry, the repository root included, for ``pytest11`` entry points,
-  which pytest loads as plugins), ``*.egg-link``, ``*.pth``, ``sitecustomize.py``,
-  ``usercustomize.py``;
-- adds a top-level module (in the repository root, first on ``sys.path`` under
-  ``python -m pytest``, or in ``src/``) named like a standard-library module, pytest or one of its
-  dependencies (``_pytest``, ``pluggy``, ``py``, ``iniconfig``, ``packaging``) or a plugin
-  (``pytest_*``): it would be imported instead of the real one;
+- is a compiled extension module (``*.so``, ``*.pyd``, any ABI tag, any letter case): the import
+  system tries extension modules before source, and the host's compiler is visible in the
+  sandbox, so one could stand in for any module without a ``.py`` name;
+- is package metadata or a start-up hook: ``*.dist-info``/``*.egg-info`` in any letter case
+  (``importlib.metadata`` scans every ``sys.path`` entry, the repository root included, for
+  ``pytest11`` entry points, which pytest loads as plugins, and matches those suffixes
+  case-insensitively), ``*.egg-link``, ``*.pth``, ``sitecustomize.py``, ``usercustomize.py``;
+- adds a top-level importable name the base commit does not have (in the repository root, first
+  on ``sys.path`` under ``python -m pytest``, or in ``src/``): a module by any import suffix
+  (``.py``, ``.pyc``, an extension's) or a directory, which imports as a package or a namespace
+  package. An allowlist, not a list of names to avoid: any new name could be imported instead of
+  a module pytest, the standard library or the tests look for (or make an optional import
+  succeed). New files go inside the names the base commit has, or under names no import can
+  reach (``.github/``, ``README.rst``);
 - is a symbolic link or a submodule: a link could point any of the names above elsewhere.
 
 What this cannot see: the code under test runs in pytest's own process, so a change to the
@@ -40,18 +46,23 @@ documented in the bundle's README ("Security model", not covered).
 from __future__ import annotations
 
 import re
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = ["Change", "check_change", "needs_content", "parse_raw_diff", "hidden_test_dirs", "touched_paths"]
+__all__ = [
+    "Change", "check_change", "needs_content", "parse_raw_diff", "hidden_test_dirs", "top_level_name",
+    "top_level_names", "touched_paths",
+]  # fmt: skip
 
 ALWAYS_CONFIG = frozenset({"pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"})
 SECTIONED_CONFIG = frozenset({"pyproject.toml", "tox.ini", "setup.cfg"})
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
-RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging"})
+IMPORT_SUFFIXES = (".py", ".pyw", ".pyc", ".so", ".pyd")
+"""What the import system takes for a module (source, byte code, extension modules of any tag),
+compared lower-case."""
+COMPILED_SUFFIXES = (".so", ".pyd")
 LINK_MODES = frozenset({"120000", "160000"})
 _TEST_MODULE = re.compile(r"^(test_.*|.*_test)\.py$")
 
@@ -100,12 +111,45 @@ def needs_content(change: Change) -> bool:
     return PurePosixPath(change.path).name in SECTIONED_CONFIG and change.new_mode not in LINK_MODES
 
 
+def top_level_name(path: str, directory: bool = False) -> str | None:
+    """The top-level importable name ``path`` provides (``name``, or ``src/name`` under ``src/``),
+    or None: a file at the top whose suffix no import takes, or a name that is no identifier.
+    ``directory``: ``path`` itself is a directory (else a file)."""
+    parts = PurePosixPath(path).parts
+    prefix = ""
+    if parts[0] == "src" and len(parts) > 1:
+        prefix, parts = "src/", parts[1:]
+    first = parts[0]
+    if len(parts) == 1 and not directory:
+        if not first.lower().endswith(IMPORT_SUFFIXES):
+            return None
+        first = first.split(".")[0]
+    return prefix + first if first.isidentifier() else None
+
+
+def top_level_names(ls_tree: str) -> frozenset[str]:
+    """The top-level importable names of the base commit, from ``git ls-tree`` of its root and
+    of ``src/`` (lines ``mode type object\tpath``, ``src/`` entries with their prefix)."""
+    names = set()
+    for line in ls_tree.splitlines():
+        meta, _, path = line.partition("\t")
+        if path and (name := top_level_name(path, directory=meta.split()[1:2] == ["tree"])):
+            names.add(name)
+    return frozenset(names)
+
+
 def check_change(
-    change: Change, hidden: set[str], before: bytes | None = None, after: bytes | None = None
+    change: Change,
+    hidden: set[str],
+    before: bytes | None = None,
+    after: bytes | None = None,
+    base_names: frozenset[str] = frozenset(),
 ) -> str | None:
     """Why ``change`` touches the test machinery (see the module docstring), or None.
     ``hidden``: the paths the hidden test patch touches; ``before``/``after``: the file's
-    content at the base commit and with the diff (None when absent), for ``needs_content``."""
+    content at the base commit and with the diff (None when absent), for ``needs_content``;
+    ``base_names``: the base commit's ``top_level_names`` (needed when an added path has a
+    ``top_level_name``)."""
     path = PurePosixPath(change.path)
     name, parts = path.name, path.parts
     if change.new_mode in LINK_MODES or (change.old_mode in LINK_MODES and change.status != "D"):
@@ -120,32 +164,23 @@ def check_change(
         return f"{change.path} is a file the hidden tests change"
     if _TEST_MODULE.match(name) or any(d in path.parents for d in hidden_test_dirs(hidden)):
         return f"{change.path} is in the tests"
-    if name.endswith((".pyc", ".pyo")) or "__pycache__" in parts:
+    lower = name.lower()
+    if lower.endswith((".pyc", ".pyo")) or "__pycache__" in parts:
         return f"{change.path} is Python byte code"
-    if any(p.endswith((".dist-info", ".egg-info")) for p in parts) or name.endswith((".egg-link", ".pth")):
+    if lower.endswith(COMPILED_SUFFIXES):
+        return f"{change.path} is a compiled module, which the import system takes before source"
+    if any(p.lower().endswith((".dist-info", ".egg-info")) for p in parts) or lower.endswith((".egg-link", ".pth")):
         return f"{change.path} is package metadata or a path hook that Python or pytest would load"
     if name in STARTUP_HOOKS:
         return f"{change.path} is an interpreter start-up hook"
-    if change.added and _shadows(path):
-        return f"{change.path} would be imported instead of the module {_top_module(path)!r}"
+    top = top_level_name(change.path) if change.added else None
+    if top is not None and top not in base_names:
+        return (
+            f"{change.path} adds the top-level importable name {top.removeprefix('src/')!r}, which the base "
+            "commit does not have: it could be imported instead of another module (add files inside the "
+            "existing packages)"
+        )
     return None
-
-
-def _top_module(path: PurePosixPath) -> str | None:
-    """The top-level module a repository-root (or ``src/``) path defines, if any."""
-    parts = path.parts[1:] if path.parts[0] == "src" else path.parts
-    if len(parts) == 1 and parts[0].endswith(".py"):
-        return parts[0][:-3]
-    if len(parts) > 1:
-        return parts[0]
-    return None
-
-
-def _shadows(path: PurePosixPath) -> bool:
-    module = _top_module(path)
-    if module is None:
-        return False
-    return module in sys.stdlib_module_names or module in RUNNER_MODULES or module.startswith("pytest_")
 
 
 def _pytest_section(name: str, content: bytes | None) -> object:

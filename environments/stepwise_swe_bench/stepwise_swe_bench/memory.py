@@ -43,17 +43,27 @@ from typing import Literal
 from .process import Breach
 from .proctree import descendants, resident_bytes, start_time
 
-__all__ = ["CgroupMemory", "Hierarchy", "TreeMemory", "episode_memory", "find_hierarchy", "release"]
+__all__ = [
+    "JOIN", "MADE", "PERIOD_US", "PREFIX", "CgroupMemory", "Hierarchy", "TreeMemory", "episode_memory",
+    "find_hierarchy", "maker", "own_hierarchy", "quota_us", "release", "remove", "sweep",
+]  # fmt: skip
 
 MIB = 1024 * 1024
 WATCH_INTERVAL_S = 0.1
 """How often the process-tree watcher (no cgroup) measures."""
 _OOM_POLL_S = 0.05
 """How often a cgroup's OOM-kill counter is read while a command runs."""
-_PREFIX = "stepwise-swe-bench-"
+PREFIX = "stepwise-swe-bench-"
 _log = logging.getLogger(__name__)
-_JOIN = 'echo 0 > "$0" && exec "$@"'
+JOIN = 'echo 0 > "$0" && exec "$@"'
 """sh: move this process into the cgroup whose ``cgroup.procs`` is ``$0``, then exec the rest."""
+PERIOD_US = 100_000
+"""CFS bandwidth period of an episode's CPU share (``cpu``): its quota is renewed every period."""
+
+
+def quota_us(cpus: float) -> int:
+    """The CPU quota per period for ``cpus`` CPUs (the kernel's minimum is 1 ms)."""
+    return max(1000, round(cpus * PERIOD_US))
 
 
 def _cap_words(cap_mb: int) -> str:
@@ -68,8 +78,8 @@ class Hierarchy:
     parent: Path
 
 
-def find_hierarchy(self_cgroup: str, mountinfo: str) -> Hierarchy | None:
-    """The hierarchy episode cgroups go in, from ``/proc/self/cgroup`` and
+def find_hierarchy(self_cgroup: str, mountinfo: str, controller: str = "memory") -> Hierarchy | None:
+    """The hierarchy episode cgroups of ``controller`` go in, from ``/proc/self/cgroup`` and
     ``/proc/self/mountinfo`` (see the module docstring), or None."""
     v1: dict[str, tuple[str, Path]] = {}
     v2: tuple[str, Path] | None = None
@@ -78,14 +88,14 @@ def find_hierarchy(self_cgroup: str, mountinfo: str) -> Hierarchy | None:
         fields, kind = left.split(), right.split()
         if len(fields) < 5 or len(kind) < 3:
             continue
-        if kind[0] == "cgroup" and "memory" in kind[2].split(","):
-            v1["memory"] = (fields[3], Path(fields[4]))
+        if kind[0] == "cgroup" and controller in kind[2].split(","):
+            v1[controller] = (fields[3], Path(fields[4]))
         elif kind[0] == "cgroup2":
             v2 = (fields[3], Path(fields[4]))
     for line in self_cgroup.splitlines():
         number, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(",") and "memory" in v1:
-            parent = _under(*v1["memory"], path)
+        if controller in controllers.split(",") and controller in v1:
+            parent = _under(*v1[controller], path)
             if parent is not None and os.access(parent, os.W_OK):
                 return Hierarchy(1, parent)
         if number == "0" and not controllers and v2 is not None:
@@ -94,7 +104,7 @@ def find_hierarchy(self_cgroup: str, mountinfo: str) -> Hierarchy | None:
                 continue
             parent = own if path == "/" else own.parent
             try:
-                delegated = "memory" in (parent / "cgroup.subtree_control").read_text().split()
+                delegated = controller in (parent / "cgroup.subtree_control").read_text().split()
             except OSError:
                 continue
             if delegated and os.access(parent, os.W_OK) and os.access(parent / "cgroup.procs", os.W_OK):
@@ -114,12 +124,12 @@ def _read(path: Path) -> str:
         return file.read()
 
 
-def _maker() -> str:
+def maker() -> str:
     return f"{os.getpid()}-{start_time(os.getpid())}"
 
 
 def _maker_alive(name: str) -> bool:
-    pid, start = name.removeprefix(_PREFIX).split("-")[:2]
+    pid, start = name.removeprefix(PREFIX).split("-")[:2]
     return pid.isdigit() and start_time(int(pid)) == start
 
 
@@ -130,9 +140,11 @@ class CgroupMemory:
         self.path, self.version, self.cap_mb = path, version, cap_mb
 
     @classmethod
-    def make(cls, hierarchy: Hierarchy, cap_mb: int) -> CgroupMemory:
-        _sweep(hierarchy.parent)
-        path = hierarchy.parent / f"{_PREFIX}{_maker()}-{uuid.uuid4().hex[:8]}"
+    def make(cls, hierarchy: Hierarchy, cap_mb: int, cpus: float | None = None) -> CgroupMemory:
+        """``cpus``: on v2, the episode's CPU share (``cpu.max``) where the cpu controller is
+        handed down too (v1 has a cpu hierarchy of its own: ``cpu``)."""
+        sweep(hierarchy.parent)
+        path = hierarchy.parent / f"{PREFIX}{maker()}-{uuid.uuid4().hex[:8]}"
         path.mkdir()
         cap = str(cap_mb * MIB)
         try:
@@ -145,15 +157,17 @@ class CgroupMemory:
                 if (path / "memory.swap.max").exists():
                     (path / "memory.swap.max").write_text("0")
                 (path / "memory.oom.group").write_text("1")
+                if cpus is not None and (path / "cpu.max").exists():
+                    (path / "cpu.max").write_text(f"{quota_us(cpus)} {PERIOD_US}")
         except BaseException:
             path.rmdir()
             raise
-        _MADE.add(path)
+        MADE.add(path)
         return cls(path, hierarchy.version, cap_mb)
 
     def join(self, argv: list[str]) -> list[str]:
         """``argv`` started inside this cgroup."""
-        return ["/bin/sh", "-c", _JOIN, str(self.path / "cgroup.procs"), *argv]
+        return ["/bin/sh", "-c", JOIN, str(self.path / "cgroup.procs"), *argv]
 
     def oom_kills(self) -> int:
         events = self.path / ("memory.oom_control" if self.version == 1 else "memory.events")
@@ -214,15 +228,15 @@ class TreeMemory:
         return Breach("memory_limit", _cap_words(self.cap_mb)) if self.peak > self.cap_mb * MIB else None
 
 
-_MADE: set[Path] = set()
+MADE: set[Path] = set()
 """Cgroups this process made: those still there and empty at exit (a sandbox whose tree was
 never removed) are removed then."""
 
 
 @atexit.register
 def _remove_made() -> None:
-    mine = f"{_PREFIX}{_maker()}-"  # not a forked child's: the cgroups are its parent's
-    for path in _MADE:
+    mine = f"{PREFIX}{maker()}-"  # not a forked child's: the cgroups are its parent's
+    for path in MADE:
         with contextlib.suppress(OSError):
             if not path.name.startswith(mine):
                 continue
@@ -234,18 +248,19 @@ def _marker(repo: Path) -> Path:
     return repo.parent / f".{repo.name}.memory"
 
 
-def episode_memory(repo: Path, cap_mb: int) -> CgroupMemory | TreeMemory:
-    """The memory cap of ``repo``'s commands: its cgroup (made on first use), or a watcher."""
+def episode_memory(repo: Path, cap_mb: int, cpus: float | None = None) -> CgroupMemory | TreeMemory:
+    """The memory cap of ``repo``'s commands: its cgroup (made on first use; on v2 also capping
+    the CPU share at ``cpus``), or a watcher."""
     marker = _marker(repo)
     with contextlib.suppress(FileNotFoundError):
         version, path = _read(marker).split(" ", 1)
         if Path(path).is_dir():
             return CgroupMemory(Path(path), 1 if version == "1" else 2, cap_mb)
-    hierarchy = _hierarchy()
+    hierarchy = own_hierarchy()
     if hierarchy is None:
         return TreeMemory(cap_mb)
     try:
-        cgroup = CgroupMemory.make(hierarchy, cap_mb)
+        cgroup = CgroupMemory.make(hierarchy, cap_mb, cpus)
     except OSError as error:
         _log.warning("no memory cgroup for %s (%s): the memory cap is enforced by a watcher", repo, error)
         return TreeMemory(cap_mb)
@@ -253,14 +268,15 @@ def episode_memory(repo: Path, cap_mb: int) -> CgroupMemory | TreeMemory:
     return cgroup
 
 
-def _hierarchy() -> Hierarchy | None:
+def own_hierarchy(controller: str = "memory") -> Hierarchy | None:
+    """Where this process's episode cgroups of ``controller`` go (``find_hierarchy``), or None."""
     try:
-        return find_hierarchy(_read(Path("/proc/self/cgroup")), _read(Path("/proc/self/mountinfo")))
+        return find_hierarchy(_read(Path("/proc/self/cgroup")), _read(Path("/proc/self/mountinfo")), controller)
     except OSError:
         return None
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     """rmdir a cgroup, first killing what is left in it (a command's last processes may take
     a moment to go after bwrap died)."""
     for _ in range(50):
@@ -278,11 +294,11 @@ def _remove(path: Path) -> None:
     path.rmdir()
 
 
-def _sweep(parent: Path) -> None:
+def sweep(parent: Path) -> None:
     """Remove episode cgroups whose maker is gone and that hold no process."""
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
-            if entry.name.startswith(_PREFIX) and not _maker_alive(entry.name):
+            if entry.name.startswith(PREFIX) and not _maker_alive(entry.name):
                 with contextlib.suppress(OSError):
                     if not _read(entry / "cgroup.procs").split():
                         entry.rmdir()
@@ -295,5 +311,5 @@ def release(repo: Path) -> None:
         _version, path = _read(marker).split(" ", 1)
     except FileNotFoundError:
         return
-    _remove(Path(path))
+    remove(Path(path))
     marker.unlink(missing_ok=True)

@@ -7,10 +7,13 @@ Every command the model issues (and every grading run) goes through a ``Sandbox`
   ``/etc``, the Python environment that runs the tests) and nothing else of the host: no home
   directory, no ``/root``, no host ``/tmp``;
 - the task repository bound read-write at ``/testbed``, the only writable host path;
-- a private ``/tmp`` (a size-limited tmpfs), private ``/proc`` and ``/dev``;
+- a private ``/tmp`` and ``/dev/shm`` (size-limited tmpfs), private ``/proc`` and ``/dev``; the
+  sandbox's ``/`` and ``/dev`` (bubblewrap's own, unbounded tmpfs) remounted read-only, so the
+  repository, ``/tmp`` and ``/dev/shm`` are the only writable places and each is capped;
 - new PID, network, IPC, UTS and cgroup namespaces: no network at all (a loopback that is not the
   host's, so a server on the host's 127.0.0.1 is unreachable), no view of host processes;
 - a cleared environment (no host variables, so no secrets), no capabilities, no_new_privs;
+- a seccomp filter refusing the kernel keyring calls, and a fresh session keyring (``keyring``);
 - rlimits on CPU time, address space, processes, file size and open files (``limits``), a
   wall-clock timeout that kills the whole sandbox, and streamed, capped output (``process``).
 
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from . import memory, volume
+from . import cpu, keyring, memory, openfiles, volume
 from .limits import SandboxLimits, grading_limits, shell_prelude
 from .output import CommandResult
 from .process import Guard, run_process
@@ -217,6 +220,7 @@ def remove_tree(path: Path) -> None:
     removed, never followed; other file systems mounted inside are left alone. The episode's
     cgroup and volume (``path`` as its mount point) go with it."""
     memory.release(path)
+    cpu.release(path)
     volume.release(path)
     if os.geteuid() == 0:
         _release_uid(path)
@@ -244,7 +248,18 @@ def _bwrap() -> tuple[str, frozenset[str]]:
         )
     usage = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
     options = frozenset(word for word in (usage.stdout + usage.stderr).split() if word.startswith("--"))
+    if "--seccomp" not in options:
+        raise SandboxUnavailable(f"{binary} has no --seccomp option (bubblewrap too old); {_INSTALL_HINT}")
     return binary, options
+
+
+@functools.cache
+def _seccomp() -> bytes:
+    """The keyring filter's program, or why model commands cannot run."""
+    try:
+        return keyring.filter_program()
+    except keyring.KeyringUnavailable as error:
+        raise SandboxUnavailable(f"model commands will not run locally without their syscall filter: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -326,6 +341,7 @@ class BwrapSandbox:
             raise NotADirectoryError(f"sandbox repository {self.repo} is not a directory")
         self.limits = limits or SandboxLimits()
         self.binary, self._options = _bwrap()
+        self._filter = _seccomp()
         interpreter = Path(python or sys.executable)
         self.python = interpreter
         self._path = f"{interpreter.parent}:/usr/local/bin:/usr/bin:/bin"
@@ -338,8 +354,10 @@ class BwrapSandbox:
         self.privileged = os.geteuid() == 0
         self.uid, self.gid = sandbox_identity(self.repo) if self.privileged else (USERNS_ID, USERNS_ID)
         self._check()
-        self.memory = memory.episode_memory(self.repo, self.limits.episode_memory_mb)
+        self.memory = memory.episode_memory(self.repo, self.limits.episode_memory_mb, self.limits.episode_cpus)
         """The episode's memory cap: the repository's cgroup, or a watcher of each command."""
+        self.cpu = cpu.episode_cpu(self.repo, self.limits.episode_cpus)
+        """The episode's CPU share on cgroup v1 (None: on v2 the memory cgroup's, or none)."""
 
     # -- command line -------------------------------------------------------------------------
 
@@ -392,7 +410,8 @@ class BwrapSandbox:
         limits = limits or self.limits
         fds: list[int] = []
         try:
-            argv = [self.binary, *self._namespaces(), "--ro-bind", "/usr", "/usr"]
+            argv = [self.binary, *self._namespaces(), "--seccomp", str(self._memfd(self._filter, fds))]
+            argv += ["--ro-bind", "/usr", "/usr"]
             for name in _TOP_LEVEL:
                 top = Path("/") / name
                 if top.is_symlink():
@@ -407,11 +426,7 @@ class BwrapSandbox:
                 size = ["--size", str(size_mb * 1024 * 1024)] if "--size" in self._options else []
                 argv += ["--perms", "1777", *size, "--tmpfs", dest]
             for dest, data in {**self._identity_files(), **(files or {})}.items():
-                fd = os.memfd_create("sandbox-data")
-                fds.append(fd)
-                os.write(fd, data)
-                os.lseek(fd, 0, os.SEEK_SET)
-                argv += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
+                argv += ["--perms", "0444", "--ro-bind-data", str(self._memfd(data, fds)), dest]
             made: set[str] = set()
             for bind in (*self._system, *binds):
                 for parent in _parents(bind.dest):
@@ -423,12 +438,23 @@ class BwrapSandbox:
                 argv += [option, str(bind.source), bind.dest]
             for hidden in self._masked:
                 argv += ["--tmpfs", hidden, "--remount-ro", hidden]
+            # Last, once every mount point on them exists; not recursive: /dev/shm stays writable.
+            argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
             argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
             argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
             yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits)], fds)
         finally:
             for fd in fds:
                 os.close(fd)
+
+    @staticmethod
+    def _memfd(data: bytes, fds: list[int]) -> int:
+        """A memfd holding ``data``, read from its start, recorded in ``fds`` to be closed."""
+        fd = os.memfd_create("sandbox-data")
+        fds.append(fd)
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
 
     # -- running ------------------------------------------------------------------------------
 
@@ -439,6 +465,7 @@ class BwrapSandbox:
         if key in _WORKING:
             return
         with self.command("true", [], chdir="/") as cmd:
+            keyring.fresh_session_keyring()
             probe = subprocess.run(cmd.argv, capture_output=True, text=True, check=False, pass_fds=cmd.fds, env={})
         if probe.returncode != 0:
             raise SandboxUnavailable(
@@ -465,8 +492,12 @@ class BwrapSandbox:
         limits = limits or self.limits
         guards = await self._guards(limits)
         with self.command(command, binds, files, limits=limits) as cmd:
+            # run_process creates the process before it first awaits: nothing else can run in
+            # this thread between the two, so the keyring is this command's alone.
+            keyring.fresh_session_keyring()
+            argv = self.memory.join(cmd.argv)
             return await run_process(
-                self.memory.join(cmd.argv),
+                self.cpu.join(argv) if self.cpu is not None else argv,
                 label=label or command,
                 timeout_s=timeout_s or self.limits.timeout_s,
                 kept_bytes=kept_bytes or self.limits.output_kept_bytes,
@@ -479,12 +510,14 @@ class BwrapSandbox:
 
     async def _guards(self, limits: SandboxLimits) -> list[Guard]:
         """The episode caps over one command: memory (the cgroup's OOM kills, or the process
-        tree's resident sets) and disk (the repository's volume, or a walk of its tree)."""
+        tree's resident sets), disk (the repository's volume, or a walk of its tree) and open
+        files (of the cgroup's processes, or of the tree's)."""
         if os.path.ismount(self.repo):
             disk: Guard = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
         else:
             disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
-        return [self.memory.guard(), disk]
+        procs = self.memory.path / "cgroup.procs" if isinstance(self.memory, memory.CgroupMemory) else None
+        return [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)]
 
     async def run(
         self,

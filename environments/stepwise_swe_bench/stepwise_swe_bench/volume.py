@@ -27,6 +27,12 @@ the walk, at the rate it writes (page cache takes ~1-3 GB/s here, so a 1 GiB ``d
 within a few hundred MiB past the cap; see the tests for what was measured), with files of at
 most ``file_size_mb`` each (RLIMIT_FSIZE). Deleted files that a process still holds open are
 counted too (they take space until closed).
+
+Setuid and setgid bits: a volume is mounted ``nosuid`` (and bubblewrap binds are ``nosuid``),
+so a bit set there takes effect nowhere and is left. A tree without a volume is a directory of
+the host's own file system, where another user could run such a file as the repository's owner:
+the walk after each command (``TreeWatch``) clears every setuid/setgid bit it finds, by file
+descriptor (never following a link the command may have put in the path).
 """
 
 from __future__ import annotations
@@ -291,11 +297,17 @@ class VolumeGuard:
         return None
 
 
-def tree_usage(path: Path, pids: Sequence[int] = ()) -> tuple[int, int]:
+_SETID = stat.S_ISUID | stat.S_ISGID
+
+
+def tree_usage(
+    path: Path, pids: Sequence[int] = (), setid: list[tuple[str, os.stat_result]] | None = None
+) -> tuple[int, int]:
     """Allocated bytes and inodes of the tree at ``path`` (each inode once, however many hard
     links it has; symlinks not followed; other file systems not entered), plus deleted files
     that ``pids`` hold open on it. Directories its owner made unreadable are given back their
-    owner's permissions first (as before every command)."""
+    owner's permissions first (as before every command). ``setid`` collects the entries with a
+    setuid or setgid bit."""
     device = os.lstat(path).st_dev
     seen: dict[int, int] = {}
     stack = [os.fspath(path)]
@@ -318,6 +330,8 @@ def tree_usage(path: Path, pids: Sequence[int] = ()) -> tuple[int, int]:
             except OSError:
                 continue
             seen[info.st_ino] = info.st_blocks * 512
+            if setid is not None and info.st_mode & _SETID and not stat.S_ISLNK(info.st_mode):
+                setid.append((entry.path, info))
             if stat.S_ISDIR(info.st_mode) and info.st_dev == device:
                 stack.append(entry.path)
     for info in open_deleted_files(pids, device):
@@ -325,6 +339,24 @@ def tree_usage(path: Path, pids: Sequence[int] = ()) -> tuple[int, int]:
     root = os.lstat(path)
     seen[root.st_ino] = root.st_blocks * 512
     return sum(seen.values()), len(seen)
+
+
+def clear_setid(found: Sequence[tuple[str, os.stat_result]]) -> None:
+    """Clear the setuid/setgid bits of what ``tree_usage`` found, through an ``O_PATH`` descriptor
+    of the very inode it saw (same device and inode number, else left: the path changed)."""
+    for path, seen in found:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino) and now.st_mode & _SETID:
+                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(now.st_mode) & ~_SETID)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 class TreeWatch:
@@ -347,7 +379,9 @@ class TreeWatch:
     def breach(self, running: bool) -> Breach | None:
         started = time.monotonic()
         pids = descendants(self.root) if running and self.root is not None else []
-        used = tree_usage(self.path, pids)
+        setid: list[tuple[str, os.stat_result]] = []
+        used = tree_usage(self.path, pids, setid if not running else None)
+        clear_setid(setid)
         self.interval_s = max(WATCH_INTERVAL_S, 5 * (time.monotonic() - started))
         self.peak = (max(self.peak[0], used[0]), max(self.peak[1], used[1]))
         over = (used[0] > self.disk_mb * MIB and used[0] > self.before[0]) or (
