@@ -20,7 +20,7 @@ from trl import GRPOConfig
 
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, parse_request
-from verifiers_stepwise.hosts.trl.endpoint import TokenEndpoint
+from verifiers_stepwise.hosts.trl.endpoint import BatchingTokenEndpoint
 from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
@@ -126,7 +126,7 @@ def post(endpoint, body) -> tuple[int, str]:
 
 def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, format="turns"):
     """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
-    with TokenEndpoint(generate) as endpoint:
+    with BatchingTokenEndpoint(generate) as endpoint:
         client = vf.TrainClientConfig(
             base_url=endpoint.base_url,
             api_key_var=KEY_VAR,
@@ -198,7 +198,7 @@ def test_a_failing_generator_answers_500_and_a_bad_request_400():
     def broken(requests):
         raise RuntimeError("out of memory")
 
-    with TokenEndpoint(broken) as endpoint:
+    with BatchingTokenEndpoint(broken) as endpoint:
         for body, status, text in [
             ({"token_ids": [1, 2], "sampling_params": {"max_tokens": 4}}, 500, "out of memory"),
             ({"token_ids": [], "sampling_params": {}}, 400, "token_ids"),
@@ -403,7 +403,7 @@ def test_a_generator_can_fail_one_request_of_a_batch():
     def half(requests):
         return [Generation([5], [-1.0], "length") if r.prompt_ids[0] == 1 else ValueError("no") for r in requests]
 
-    with TokenEndpoint(half, batch_window=0.2) as endpoint:
+    with BatchingTokenEndpoint(half, batch_window=0.2) as endpoint:
 
         def tokens(first):
             status, answer = post(endpoint, {"token_ids": [first, 2], "sampling_params": {}})
@@ -525,7 +525,7 @@ def test_a_batch_waits_for_every_episode_in_flight():
         sizes.append(len(requests))
         return [Generation([r.prompt_ids[0]], [-1.0], "stop") for r in requests]
 
-    with TokenEndpoint(echo, max_wait=5.0) as endpoint:
+    with BatchingTokenEndpoint(echo, max_wait=5.0) as endpoint:
 
         def call(first, delay):
             time.sleep(delay)

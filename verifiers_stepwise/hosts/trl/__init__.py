@@ -2,7 +2,7 @@
 
     trainer     StepwiseGRPOTrainer: the GRPOTrainer subclass, its rollout function and metrics
     rollout     episodes → TRL samples (prompt/completion ids, env mask, per-token advantages)
-    endpoint    TokenEndpoint: the token endpoint, one batch per turn of the episodes in flight
+    endpoint    BatchingTokenEndpoint: the token endpoint, one batch per turn of the episodes in flight
     sampling    ModelSampler: the trainer's model answering the token endpoint
     renderer    TextRenderer (plain text, for base models) and TurnFormatRenderer (Gemma's turns)
     model       the default policy, Gemma 3 270M from the PyPI GGUF (extra [trl-model])

@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, generate_routes
 from verifiers_stepwise.loopback import ThreadedServer
 
-__all__ = ["GenerateFn", "TokenEndpoint"]
+__all__ = ["BatchingTokenEndpoint", "GenerateFn"]
 
 GenerateFn = Callable[[Sequence[GenerateRequest]], Sequence[Generation | Exception]]
 """Answers a batch of requests, one ``Generation`` (or the exception that failed it) each, in order."""
 
 
-class TokenEndpoint(ThreadedServer):
+class BatchingTokenEndpoint(ThreadedServer):
     """Serves ``generate`` on ``http://127.0.0.1:<port>`` from its own thread; a context manager.
 
     ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes.
@@ -127,3 +129,14 @@ class TokenEndpoint(ThreadedServer):
                     future.set_exception(generation)
                 else:
                     future.set_result(generation)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TokenEndpoint":  # renamed in 0.4: hosts.token_endpoint.TokenEndpoint is the unbatched one
+        warnings.warn(
+            "verifiers_stepwise.hosts.trl.endpoint.TokenEndpoint is deprecated: use BatchingTokenEndpoint",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return BatchingTokenEndpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

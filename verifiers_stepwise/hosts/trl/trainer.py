@@ -4,7 +4,7 @@ Per generation batch (checked against TRL 1.16.0, ``trl/trainer/grpo_trainer.py`
 
     TRL samples task rows, each repeated num_generations times (one group per task)
       → rollout_func: the env runs every episode in-process; each model call goes
-        interception server → verifiers TrainClient (TurnFormatRenderer) → TokenEndpoint →
+        interception server → verifiers TrainClient (TurnFormatRenderer) → BatchingTokenEndpoint →
         ModelSampler on the trainer's current model, so trained tokens = sampled tokens
       → score_group(group, estimator) per task: per-turn rewards → per-turn advantages on nodes
       → prompt_ids / completion_ids / logprobs / env_mask (env tokens leave the loss) + extras
@@ -43,7 +43,7 @@ with requires("verifiers_stepwise.hosts.trl", "torch", "datasets", "trl", extra=
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
-from verifiers_stepwise.hosts.trl.endpoint import GenerateFn, TokenEndpoint
+from verifiers_stepwise.hosts.trl.endpoint import BatchingTokenEndpoint, GenerateFn
 from verifiers_stepwise.hosts.trl.model import contiguous_output_embeddings
 from verifiers_stepwise.hosts.trl.renderer import FORMATS, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import EpisodeSample, score_groups
@@ -141,7 +141,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         )
         # One adapter merge for all of a step's rollouts, not one per generation batch.
         self._sampling = sampler.merged if isinstance(sampler, ModelSampler) else contextlib.nullcontext
-        self.endpoint = TokenEndpoint(sampler, model="policy").start()
+        self.endpoint = BatchingTokenEndpoint(sampler, model="policy").start()
 
     # -- generation ---------------------------------------------------------------------------
 
