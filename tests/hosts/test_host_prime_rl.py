@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
@@ -239,3 +241,12 @@ def test_pr_3282s_layout_needs_an_explicit_reading():
     assert scored("rewards", [0.5, 1.0]) == ("rewards", [0.5, 1.0])
     with pytest.raises(ValidationError, match="reading"):
         StepwiseAlgoConfig(reading="potentials")
+
+    # docs/prime-rl.md's setting for moving from #3282 reads the same trace as scores.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "prime-rl.md").read_text()
+    moving = docs[docs.index("### Moving from prime-rl PR #3282") :]
+    (block,) = re.findall(r"```toml\n(.*?)```", moving[: moving.index("\n### ")], re.S)
+    config = StepwiseAlgoConfig.model_validate(tomllib.loads(block)["orchestrator"]["algo"])
+    assert (config.estimator, config.reading, config.options) == ("turn_credit", "scores", {"gamma": 0.9, "beta": 1.0})
+    (episode,) = score(StepwiseAlgorithm(config, policy_pool=None), [pr_3282_layout([None, 1.0])])
+    assert read_credit(episode.traces[0]).rewards == [0.0, 1.0]

@@ -38,8 +38,10 @@ Each trace's credit record (``trace.info["stepwise_credit"]``, ``traces.credit.C
 the estimator as configured here (``estimator``) and the reading applied: ``"rewards"`` (each
 entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
 prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error), ``"scores"``
-(the trace records ``turn_scores``, read as rewards by differences) or ``"final_turn"``
-(neither: the trace reward on the last turn).
+(the trace records ``turn_scores``, or ``reading = "scores"`` reads ``turn_rewards`` as scores,
+by differences) or ``"final_turn"`` (neither: the trace reward on the last turn). With
+``reading`` unset, ``turn_rewards`` without ``turn_nodes`` (PR #3282's layout) is refused
+rather than guessed at (docs/prime-rl.md, "Moving from prime-rl PR #3282").
 """
 
 from __future__ import annotations
