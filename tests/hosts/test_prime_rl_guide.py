@@ -10,9 +10,11 @@ All but that one need prime-rl (``STEPWISE_PRIME_RL``; .ci/run's prime-rl enviro
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -134,7 +136,11 @@ def test_the_guides_cpu_commands_run_as_written(guide_dir):
         "refine.json",
     }
 
-    # The env server comes up and serves the taskset until Ctrl-C.
+    # The env server comes up and serves the taskset until Ctrl-C, at the address the dry run wrote.
+    address = json.loads((configs / "envs" / "train" / "refine.json").read_text())["serve"]["address"]
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.socket() as probe:
+        assert probe.connect_ex((host, int(port))) != 0, f"{address} (the guide's env server address) is in use"
     log = guide_dir / "env-server.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
