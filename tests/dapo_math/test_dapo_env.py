@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -249,3 +250,27 @@ def test_a_tokenizer_that_cannot_load_stops_the_taskset_before_any_episode(name,
     config = DapoMathTasksetConfig(dataset="bundled", task={"overlong": {"enabled": True, "tokenizer": name}})
     with pytest.raises(TokenizerError, match=f"overlong.tokenizer '{name}'.*{message}"):
         DapoMathTaskset(config).load()
+
+
+async def test_the_readmes_dapo_refine_numbers():
+    """The README's sentence on wrong turns: the env's own rewards, the default estimator's and
+    GRPO's advantages on them, and the README printing exactly these numbers."""
+    wrong = "Answer: 1"
+    plan = {PROBLEMS[0]: PerRollout([wrong, f"Answer: {GOLDS[0]}"], [f"Answer: {GOLDS[0]}"], [wrong] * 4)}
+    (group,) = await play(plan, env(max_turns=4), rollouts=3, limit=1)
+    rewards = [t.info["turn_rewards"] for t in traces(group)]
+    assert rewards == [[-1.0, 1.0], [1.0], [-1.0] * 4]
+    stepwise = get_estimator("stepwise")(rewards)
+    expected = [[1.0, 5 / 3], [2.0], [-3.0, -7 / 3, -4 / 3, -2 / 3]]
+    assert [a == pytest.approx(e) for a, e in zip(stepwise, expected)] == [True] * 3
+    assert all(a < 0 for a in stepwise[2])  # all wrong: negative on every turn
+    assert stepwise[0][0] > 0  # the wrong attempt shares in the fix that follows it ...
+    grpo = get_estimator("grpo")(rewards)
+    assert grpo[0][0] > 0 and grpo[0][0] == grpo[0][1]  # ... as under GRPO, where every turn shares
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    shown = (
+        "the wrong first attempt gets +1.0 and its fix +1.67, right at once +2.0, the all-wrong rollout"
+        " −3.0, −2.33, −1.33, −0.67 (GRPO: +0.46 on both turns, +0.93, −1.39 on all four;"
+    )
+    assert shown in readme
+    assert [round(a, 2) for a in (*grpo[0], *grpo[1], *grpo[2])] == [0.46, 0.46, 0.93] + [-1.39] * 4

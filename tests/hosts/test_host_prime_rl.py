@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
@@ -208,3 +210,43 @@ def test_gigpo_gets_the_recorded_anchor_states():
     got = [read_credit(e.traces[0]).advantages for e in episodes]
     assert got == get_estimator("gigpo", scale="none")(rewards, states)
     assert got[1][0] < 0 < got[0][0]  # grpo would give 0: both rollouts succeed
+
+
+def pr_3282_layout(scores: list[float | None]) -> vf.Episode:
+    """A trace as an env written for prime-rl PR #3282 leaves it: ``turn_rewards`` holds one
+    state score per sampled turn (None: unscored) and there is no ``turn_nodes``."""
+    episode = multi_turn([0.0] * len(scores))
+    info = episode.traces[0].info
+    del info["turn_nodes"]
+    info["turn_rewards"] = scores
+    return episode
+
+
+def test_pr_3282s_layout_needs_an_explicit_reading():
+    unmarked = pr_3282_layout([0.5, 1.0])
+    with pytest.raises(TurnSchemaError, match=f'trace {unmarked.traces[0].id}: .*reading = "scores"'):
+        score(algorithm(), [unmarked, multi_turn([0.0, 1.0])])
+    # This package's traces record turn_nodes and are read as rewards without the setting.
+    (ours,) = score(algorithm(), [multi_turn([0.5, 1.0])])
+    assert read_credit(ours.traces[0]).reading == "rewards"
+
+    def scored(reading: str, scores: list[float | None]) -> tuple[str | None, list[float]]:
+        config = StepwiseAlgoConfig(reading=reading)
+        (episode,) = score(StepwiseAlgorithm(config, policy_pool=None), [pr_3282_layout(scores)])
+        credit = read_credit(episode.traces[0])
+        return credit.reading, credit.rewards
+
+    assert scored("scores", [0.5, 1.0]) == ("scores", [0.5, 0.5])  # by differences, from 0
+    assert scored("scores", [None, 1.0]) == ("scores", [0.0, 1.0])  # None: unscored
+    assert scored("rewards", [0.5, 1.0]) == ("rewards", [0.5, 1.0])
+    with pytest.raises(ValidationError, match="reading"):
+        StepwiseAlgoConfig(reading="potentials")
+
+    # docs/prime-rl.md's setting for moving from #3282 reads the same trace as scores.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "prime-rl.md").read_text()
+    moving = docs[docs.index("### Moving from prime-rl PR #3282") :]
+    (block,) = re.findall(r"```toml\n(.*?)```", moving[: moving.index("\n### ")], re.S)
+    config = StepwiseAlgoConfig.model_validate(tomllib.loads(block)["orchestrator"]["algo"])
+    assert (config.estimator, config.reading, config.options) == ("turn_credit", "scores", {"gamma": 0.9, "beta": 1.0})
+    (episode,) = score(StepwiseAlgorithm(config, policy_pool=None), [pr_3282_layout([None, 1.0])])
+    assert read_credit(episode.traces[0]).rewards == [0.0, 1.0]

@@ -38,8 +38,10 @@ Each trace's credit record (``trace.info["stepwise_credit"]``, ``traces.credit.C
 the estimator as configured here (``estimator``) and the reading applied: ``"rewards"`` (each
 entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
 prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error), ``"scores"``
-(the trace records ``turn_scores``, read as rewards by differences) or ``"final_turn"``
-(neither: the trace reward on the last turn).
+(the trace records ``turn_scores``, or ``reading = "scores"`` reads ``turn_rewards`` as scores,
+by differences) or ``"final_turn"`` (neither: the trace reward on the last turn). With
+``reading`` unset, ``turn_rewards`` without ``turn_nodes`` (PR #3282's layout) is refused
+rather than guessed at (docs/prime-rl.md, "Moving from prime-rl PR #3282").
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import Missing, score_group
+from verifiers_stepwise.traces.turns import TURN_NODES, TURN_REWARDS, Reading, TurnSchemaError
 
 # prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
 with requires(
@@ -96,6 +99,13 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     missing: Missing = "final_turn"
     """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
     turn's reward; "error" fails."""
+    reading: Reading | None = None
+    """How ``trace.info["turn_rewards"]`` is read: "rewards" (one reward per env turn, this
+    package's convention) or "scores" (one state score per turn, ``None`` for unscored, read by
+    differences: prime-rl PR #3282's convention). Unset: a trace that also records
+    ``turn_nodes`` (every env of this package does) is read as rewards, and a trace with
+    ``turn_rewards`` but no ``turn_nodes`` (PR #3282's layout) is refused, since its numbers
+    mean different credit under the two readings."""
     # prime-rl's GRPO fields that newer prime-rl (065a864) checks across a run's rl envs; only
     # the values this algorithm implements are accepted.
     length_weighted_baseline: Literal[False] = False
@@ -125,9 +135,26 @@ class StepwiseAlgorithm(Algorithm):
         self.name = config.estimator
         self.estimator = Float32Resolution(config.build_estimator())
         self.missing = config.missing
+        self.reading = config.reading
 
     async def score_group(self, episodes: list[vf.Episode]) -> None:
-        score_group(episodes, self.estimator, missing=self.missing)
+        if self.reading is None:
+            _refuse_unmarked_turn_rewards(episodes)
+        score_group(episodes, self.estimator, missing=self.missing, reading=self.reading or "rewards")
+
+
+def _refuse_unmarked_turn_rewards(episodes: list[vf.Episode]) -> None:
+    """A ``turn_rewards`` without ``turn_nodes`` may be PR #3282's scores: refuse to guess."""
+    for episode in episodes:
+        for trace in episode.traces:
+            info = trace.info or {}
+            if TURN_REWARDS in info and TURN_NODES not in info:
+                raise TurnSchemaError(
+                    f"trace {trace.id}: {TURN_REWARDS} without {TURN_NODES}, the layout of prime-rl PR "
+                    f"#3282 (one state score per sampled turn), which this package reads differently; set "
+                    f'[orchestrator.algo] reading = "scores" to read them as scores (by differences) or '
+                    f'reading = "rewards" if each entry is that turn\'s own reward (docs/prime-rl.md)'
+                )
 
 
 class Float32Resolution(Estimator):

@@ -1,0 +1,164 @@
+"""docs/prime-rl.md's "Run it", command by command, against prime-rl 559b447 itself.
+
+Every command line of the guide's shell blocks is in exactly one of three tables below: run
+here as written (in a fresh directory holding the guide's ``rl.toml``, with ``STEPWISE`` set to
+this checkout and this interpreter first on ``PATH``, which is what the guide's activated
+environment is), provided by this test's environment, or not run, with the reason. A command
+added to the guide without a decision fails ``test_every_command_of_the_guide_is_accounted_for``.
+All but that one need prime-rl (``STEPWISE_PRIME_RL``; .ci/run's prime-rl environment requires it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.hosts.conftest import PRIME_RL_VAR, needs_prime_rl
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "prime-rl.md"
+COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"  # ../shared/vendor/README.md
+CONFIGS = "outputs/stepwise-refine/configs"
+
+DRY_RUN = "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml --dry-run"
+ENV_SERVER = f"python -m prime_rl.entrypoints.env_server @ {CONFIGS}/envs/train/refine.json"
+ORCHESTRATOR = f"python -m verifiers_stepwise.hosts.prime_rl orchestrator @ {CONFIGS}/orchestrator.json"
+RUN = ('python -c "import verifiers_stepwise.hosts.prime_rl"', DRY_RUN, ENV_SERVER, ORCHESTRATOR)
+PROVIDED = {
+    "source .venv/bin/activate": "this interpreter is prime-rl's environment (first on PATH)",
+    "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
+}
+NOT_RUN = {
+    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": "network; CI has the snapshot",
+    f"git checkout {COMMIT}": "the vendored snapshot is this commit (test_the_guide_names_the_snapshots_commit)",
+    "git submodule update --init -- deps/verifiers deps/renderers deps/prime-envs deps/pydantic-config": (
+        "network; verifiers a60a606 is the vendored archive"
+    ),
+    "uv sync --all-extras": "network and prime-rl's CUDA wheels (vLLM, flash-attn)",
+    'uv pip install -e "$STEPWISE" -e "$STEPWISE/environments/stepwise_refine"': (
+        ".ci/run installs these two with pip (no uv there) and checks that nothing already installed changes"
+    ),
+    "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml": "the training run: 2 GPUs",
+}
+
+
+def run_it() -> str:
+    text = GUIDE.read_text()
+    return text[text.index("## Run it\n") : text.index("\n## ", text.index("## Run it\n") + 1)]
+
+
+def commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", run_it(), re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def rl_toml() -> str:
+    (toml,) = re.findall(r"```toml\n(.*?)```", run_it(), re.S)
+    return toml
+
+
+@pytest.fixture
+def guide_dir(tmp_path: Path) -> Path:
+    (tmp_path / "rl.toml").write_text(rl_toml())
+    return tmp_path
+
+
+def environment() -> dict[str, str]:
+    """The guide's activated environment: this interpreter first on PATH, prime-rl importable."""
+    roots = [p for p in sys.path if Path(p, "prime_rl").is_dir()]
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        "PYTHONPATH": os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]),
+        "STEPWISE": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def shell(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=environment(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_every_command_of_the_guide_is_accounted_for():
+    found = commands()
+    assert sorted(found) == sorted([*RUN, *PROVIDED, *NOT_RUN]), set(found) ^ {*RUN, *PROVIDED, *NOT_RUN}
+
+
+@needs_prime_rl
+def test_the_guide_checks_out_the_tested_commit_on_prime_rls_python():
+    vendor = Path(os.environ.get("STEPWISE_VENDOR", ROOT.parent / "shared" / "vendor"))  # as .ci/run
+    assert f"| {COMMIT} |" in (vendor / "README.md").read_text()  # the snapshot the tests run on
+    checkout = Path(os.environ[PRIME_RL_VAR])
+    requires = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f'`requires-python = "{requires}"`' in " ".join(run_it().split())
+
+
+@needs_prime_rl
+def test_the_deployment_block_is_prime_rls_default_of_two_gpus(guide_dir):
+    from prime_rl.configs.rl import RLConfig, SingleNodeDeploymentConfig
+
+    from verifiers_stepwise.hosts.prime_rl import register
+
+    register()
+    written = tomllib.loads(rl_toml())["deployment"]
+    default = SingleNodeDeploymentConfig()
+    assert SingleNodeDeploymentConfig(**written) == default  # the example needs no more than the default
+    assert default.num_infer_gpus + default.num_train_gpus == 2
+    config = RLConfig.model_validate(tomllib.loads(rl_toml()))
+    assert config.deployment.num_infer_gpus + config.deployment.num_train_gpus == 2
+    assert "**2 NVIDIA GPUs**" in run_it()
+
+
+@needs_prime_rl
+@pytest.mark.slow
+def test_the_guides_cpu_commands_run_as_written(guide_dir):
+    check, dry_run, env_server, orchestrator = RUN
+    for command in (check, dry_run):
+        done = shell(command, guide_dir)
+        assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    configs = guide_dir / CONFIGS
+    assert {p.name for p in configs.rglob("*.json")} == {
+        "orchestrator.json",
+        "trainer.json",
+        "inference.json",
+        "refine.json",
+    }
+
+    # The env server comes up and serves the taskset until Ctrl-C, at the address the dry run wrote.
+    address = json.loads((configs / "envs" / "train" / "refine.json").read_text())["serve"]["address"]
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.socket() as probe:
+        assert probe.connect_ex((host, int(port))) != 0, f"{address} (the guide's env server address) is in use"
+    log = guide_dir / "env-server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            ["bash", "-c", f"exec {env_server}"], cwd=guide_dir, env=environment(), stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while "EnvServer up: taskset=stepwise-refine" not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(60)
+    assert "EnvServer down: taskset=stepwise-refine" in log.read_text(), log.read_text()[-3000:]
+
+    # The orchestrator registers `stepwise`, validates its config, then stops where the guide says.
+    done = shell(orchestrator, guide_dir)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "validation error" not in output and "ConfigFileError" not in output, output[-3000:]
+    assert "No module named 'modelexpress'" in output and "No module named 'modelexpress'" in run_it(), output[-3000:]
