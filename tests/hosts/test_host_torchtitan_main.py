@@ -21,10 +21,12 @@ import asyncio
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
+from packaging.version import Version
 from torchtitan.experiments.rl.renderer import RendererConfig
 from torchtitan.experiments.rl.types import Completion
 
@@ -37,10 +39,21 @@ from verifiers_stepwise.traces.turns import read_turns
 
 FOLDER, MISSING = stored()
 pytestmark = pytest.mark.skipif(FOLDER is None, reason=MISSING)
-if FOLDER is not None:
-    install(FOLDER)
 
 REPO = Path(__file__).resolve().parents[2]
+VERIFIERS = version("verifiers")
+# stepwise-dapo-math declares verifiers>=0.4 (on 0.3.1 its task data has no id); stepwise-refine
+# declares the package's own range, which holds 0.3.1, main's pin
+needs_verifiers_0_4 = pytest.mark.skipif(
+    Version(VERIFIERS) < Version("0.4"), reason=f"stepwise-dapo-math needs verifiers>=0.4, not {VERIFIERS}"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mains_code():
+    undo = install(FOLDER)
+    yield
+    undo()
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +164,7 @@ def run_group(config, tokenizer_path, plans, pick):
 
 
 @pytest.mark.slow
+@needs_verifiers_0_4
 def test_dapo_math_refine_through_mains_rollouter(tokenizer_path, spawned_env_server):
     from verifiers_stepwise.hosts.torchtitan.main import StepwiseVerifiersRollouter, stepwise_env_rollouter
 
@@ -195,15 +209,20 @@ def test_refine_through_mains_rollouter_with_gamma(tokenizer_path, spawned_env_s
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 
 
-@pytest.mark.skipif(hasattr(__import__("verifiers.v1.taskset").v1.taskset.Taskset, "head"), reason="verifiers has head")
-def test_a_task_cap_mains_source_cannot_apply_is_refused_at_config_time():
-    """verifiers 0.4.0 renamed ``Taskset.head`` to ``take``: main's own source fails at build;
-    the stepwise rollouter refuses the cap when configured, naming the ways round it."""
+def test_a_task_cap_is_applied_with_head_and_refused_at_config_time_with_take():
+    """Main's task source caps a taskset with ``Taskset.head``, which verifiers 0.4.0 renamed
+    ``take``: there main's own source fails at build, and the stepwise rollouter refuses the cap
+    when configured, naming the ways round it. On verifiers 0.3.1 (main's pin) the cap works."""
     from torchtitan.rl.examples.verifiers.data import VerifiersTaskSource
+    from verifiers.v1.taskset import Taskset
 
     from verifiers_stepwise.hosts.torchtitan.main import stepwise_env_rollouter
 
     base = recipe_rollouter(num_tasks=5)
+    if hasattr(Taskset, "head"):
+        capped = stepwise_env_rollouter(base, taskset="stepwise-refine")
+        assert len(VerifiersTaskSource(capped.train_data.source)) == 5
+        return
     with pytest.raises(AttributeError, match="head"):
         VerifiersTaskSource(base.train_data.source)
     with pytest.raises(ConfigError, match=r"train_data\.source\.num_tasks = 5: .*Taskset\.head.*verifiers 0\.3\.1"):
@@ -253,3 +272,38 @@ def test_the_adapter_imports_on_mains_layout():
         "torchtitan.rl.examples.verifiers.rollouter",
     ]
     assert refusal.startswith("HostMismatch ") and "hosts.torchtitan.main.StepwiseVerifiersRollouter" in refusal
+
+
+_ON_0_3_1 = """
+import sys, verifiers
+assert verifiers.__version__ == "0.3.1", verifiers.__version__
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", "not verifiers_0_3_1"]))
+"""
+
+
+@pytest.mark.slow
+def test_mains_rollouter_on_verifiers_0_3_1(tmp_path):
+    """This file's tests again, on verifiers 0.3.1 (torchtitan main's pin) from PyPI: a venv
+    that holds verifiers 0.3.1 and what it needs at other versions, in front of this one's
+    packages (a .pth file), so everything else is as here. stepwise-dapo-math skips there (its
+    own metadata needs verifiers>=0.4); stepwise-refine runs."""
+    import sysconfig
+    import venv
+
+    target = tmp_path / "venv-verifiers-0.3.1"
+    venv.create(target, with_pip=True)
+    python = target / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, "zz_outer_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "verifiers==0.3.1"], capture_output=True, text=True, timeout=900
+    )
+    if pip.returncode != 0:
+        pytest.skip(f"pip could not install verifiers 0.3.1 (no package index here?): {pip.stderr[-500:]}")
+    done = subprocess.run([python, "-c", _ON_0_3_1, __file__], capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert summary.startswith("3 passed, 1 skipped"), summary  # refine, the task cap, the layout; dapo skips

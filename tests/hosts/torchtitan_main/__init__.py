@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 STORED_VAR = "STEPWISE_TORCHTITAN_MAIN"
@@ -55,18 +57,35 @@ def stored() -> tuple[Path | None, str]:
     return Path(folder), ""
 
 
-def install(folder: str | os.PathLike[str]) -> None:
+def install(folder: str | os.PathLike[str]) -> Callable[[], None]:
     """Make ``torchtitan.rl`` (and ``torchtitan.components.renderer``) importable: main's stored
-    files first, then the stand-ins. Both are namespace portions (no ``__init__.py``), so they merge."""
+    files first, then the stand-ins. Both are namespace portions (no ``__init__.py``), so they
+    merge. Returns the undo, which also forgets every module imported from them (other tests
+    see torchtitan 0.3.0 alone again)."""
     import torchtitan
     import torchtitan.components
 
-    for path, root in ((torchtitan.__path__, Path(folder, "torchtitan")), (torchtitan.__path__, TREE / "torchtitan")):
-        if str(root) not in path:
-            path.append(str(root))
-    components = str(TREE / "torchtitan" / "components")
-    if components not in torchtitan.components.__path__:
-        torchtitan.components.__path__.append(components)
+    added = [
+        (torchtitan.__path__, str(Path(folder, "torchtitan"))),
+        (torchtitan.__path__, str(TREE / "torchtitan")),
+        (torchtitan.components.__path__, str(TREE / "torchtitan" / "components")),
+    ]
+    for path, root in added:
+        if root not in path:
+            path.append(root)
+
+    def undo() -> None:
+        for path, root in added:
+            if root in path:
+                path.remove(root)
+        gone = ("torchtitan.rl", "torchtitan.components.renderer", "verifiers_stepwise.hosts.torchtitan.main")
+        for name in [n for n in sys.modules if n in gone or n.startswith("torchtitan.rl.")]:
+            del sys.modules[name]
+        for package, name in ((torchtitan, "rl"), (torchtitan.components, "renderer")):
+            if hasattr(package, name):
+                delattr(package, name)
+
+    return undo
 
 
 def child_site(folder: Path, into: Path) -> Path:

@@ -164,6 +164,20 @@ def _stepwise(rollouter: Any, options: dict[str, Any], **changes: Any) -> Stepwi
     return StepwiseVerifiersRollouter.Config(**{**kept, **changes}, advantage=stepwise_advantage("stepwise", **options))
 
 
+def _refuse_verifiers_before_0_4(taskset: str) -> None:
+    """torchtitan main pins verifiers 0.3.1, but ``stepwise-dapo-math`` needs 0.4 (its tasks have
+    no ``id`` field, which 0.3.1's env server reads): refused here, not at the first episode."""
+    from importlib.metadata import version
+
+    installed = version("verifiers")
+    if tuple(int(part) for part in installed.split(".")[:2]) < (0, 4):
+        raise ConfigError(
+            f"{taskset} needs verifiers>=0.4, and verifiers {installed} is installed (torchtitan main pins "
+            "0.3.1): install verifiers 0.4.0 after torchtitan main (main's Verifiers rollouter was tested on "
+            "both), or train stepwise-refine, which runs on 0.3.1, with stepwise_env_rollouter"
+        )
+
+
 def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Any:
     """torchtitan main's ``rl_dapo_qwen3_4b_verifiers_8k`` (Qwen3-4B-Base, one TP=2 trainer, six
     generators) on this package's ``stepwise-dapo-math`` env in refine mode: up to 4 attempts of
@@ -174,6 +188,7 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Any:
 
         from verifiers_stepwise.hosts.torchtitan.controller import stepwise_controller
 
+    _refuse_verifiers_before_0_4("stepwise-dapo-math")
     base = rl_dapo_qwen3_4b_verifiers_8k()
     config = replace(
         base,
