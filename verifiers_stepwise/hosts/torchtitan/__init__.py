@@ -1,9 +1,11 @@
-"""torchtitan RL (0.3.0, ``torchtitan.experiments.rl``): each turn's advantage on its own tokens.
+"""torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
+advantage on its own tokens.
 
     (this module)     StepwiseAdvantage and StepwiseTrainingSampleBuilder, for any torchtitan env
     verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
     main              StepwiseVerifiersRollouter: the same credit for torchtitan main's own
-                      Verifiers rollouter (PR #4356)
+                      Verifiers rollouter (PR #4356), and main's recipe
+    turns             which verifiers turn each torchtitan turn belongs to (both rollouters)
     config_registry   the recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
     controller        torchtitan's controller config, checked for a stepwise advantage's builder
 
@@ -215,8 +217,10 @@ def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
 class StepwiseAdvantage(Configurable):
     """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator.
 
-    Example:
-        Rollouter.Config(..., advantage=StepwiseAdvantage.Config(options={"gamma": 0.9}))
+    Example (with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's builder)::
+
+        with_stepwise_advantage(DapoMathRollouter.Config(...), gamma=0.9)  # torchtitan's rollouter
+        VerifiersRollouter.Config(..., advantage=stepwise_advantage(gamma=0.9))  # this package's
     """
 
     @dataclass(kw_only=True, slots=True)
