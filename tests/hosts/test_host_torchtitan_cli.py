@@ -106,7 +106,8 @@ def test_stepwise_advantage_on_torchtitans_dapo_rollouter_takes_its_flags_once_w
     checked.rollouter = with_stepwise_advantage(bare)
     check_cli_flags(checked)
     assert checked.rollouter.advantage == bare.advantage  # its options kept
-    check_cli_flags(SimpleNamespace(rollouter=VerifiersRollouter.Config(taskset="stepwise-refine")))
+    for recipe in ("verifiers_rollouter", "native_rollouter"):  # the recipes' own rollouters pass
+        check_cli_flags(SimpleNamespace(rollouter=parse("--config", recipe)))
 
 
 class Controller:

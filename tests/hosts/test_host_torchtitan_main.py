@@ -23,6 +23,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import verifiers.v1 as vf
@@ -33,7 +34,7 @@ from torchtitan.experiments.rl.types import Completion
 from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens
 from tests.hosts.torchtitan_main import child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
-from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, env_config
+from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.traces.turns import read_turns
 
@@ -172,6 +173,7 @@ def test_dapo_math_refine_through_mains_rollouter(tokenizer_path, spawned_env_se
         recipe_rollouter(), taskset="stepwise-dapo-math", env_args={"max_turns": 4}, scale="none"
     )
     assert isinstance(config, StepwiseVerifiersRollouter.Config)
+    check_cli_flags(SimpleNamespace(rollouter=config))  # every estimator option is a flag
     assert config.verifiers_env_server.environment.agent.harness.id == "stepwise-chat"  # the env's, not null
     plans = {0: ["Answer: 1", "Answer: 239"], 1: ["Answer: 239"], 2: ["no idea", "Answer: 2", "Answer: 3", "Answer: 4"]}
     group, episodes = run_group(config, tokenizer_path, plans, lambda task: task["answer"] == "239")
