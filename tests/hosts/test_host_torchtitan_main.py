@@ -211,6 +211,41 @@ def test_refine_through_mains_rollouter_with_gamma(tokenizer_path, spawned_env_s
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 
 
+@pytest.mark.parametrize("fork", [False, True])
+def test_tool_call_turns_and_forks_through_mains_conversion(fork):
+    """Main's own ``trace_to_rollout_turns`` on traces with tool calls (a verifiers turn with two
+    sampled replies) and forks (a rewritten context): labelled by the stepwise rollouter, each
+    token carries ``score_group``'s advantage of its verifiers turn."""
+    from torchtitan.rl.examples.verifiers.generation_server import VerifiersGenerationMetadata
+    from torchtitan.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus
+
+    from tests.hosts.test_host_torchtitan_verifiers import tool_episode
+    from verifiers_stepwise.hosts.torchtitan import stepwise_advantage
+    from verifiers_stepwise.hosts.torchtitan.main import StepwiseVerifiersRollouter
+
+    episodes = [tool_episode([0.0, 1.0], fork=fork), tool_episode([0.5]), tool_episode([0.0, 0.0, 1.0], fork=fork)]
+    metadata = VerifiersGenerationMetadata(min_policy_version=2, max_policy_version=2, metrics=[])
+    rollouts = []
+    for j, episode in enumerate(episodes):
+        (trace,) = episode.traces
+        turns = StepwiseVerifiersRollouter.trace_to_rollout_turns(
+            trace=trace, generation_metadata=metadata, group_id=0, rollout_id=j
+        )
+        rollouts.append(Rollout(group_id=0, rollout_id=j, turns=turns, status=RolloutStatus.COMPLETED))
+        rollouts[-1].reward = trace.reward  # what main's RewardFromVerifiers returns
+    assert [len(r.turns) for r in rollouts] == [3, 2, 4]  # main: one turn per sampled span
+    assert rollouts[0].turns[0].env_messages  # main's conversion keeps the tool result
+    group = RolloutGroup(group_id=0, rollouts=rollouts)
+    for rollout, advantage in zip(rollouts, stepwise_advantage(gamma=0.9).build()(group), strict=True):
+        rollout.advantage = advantage
+    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9))]
+    assert [list(r.advantage.per_turn) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
+    builder = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
+    samples = builder.build_from_group(rollout_group=group).training_samples
+    assert len(samples) == (5 if fork else 3)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, samples)
+
+
 def test_a_task_cap_is_applied_with_head_and_refused_at_config_time_with_take():
     """Main's task source caps a taskset with ``Taskset.head``, which verifiers 0.4.0 renamed
     ``take``: there main's own source fails at build, and the stepwise rollouter refuses the cap
@@ -308,4 +343,4 @@ def test_mains_rollouter_on_verifiers_0_3_1(tmp_path):
     done = subprocess.run([python, "-c", _ON_0_3_1, __file__], capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
-    assert summary.startswith("3 passed, 1 skipped"), summary  # refine, the task cap, the layout; dapo skips
+    assert summary.startswith("5 passed, 1 skipped"), summary  # all but stepwise-dapo-math, which skips
