@@ -20,7 +20,14 @@ from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 
 from verifiers_stepwise import ConfigError
 from verifiers_stepwise.extras import TrainerDependencyMissing, requires
-from verifiers_stepwise.hosts.torchtitan import GPU_ONLY, StepwiseTrainingSampleBuilder, check_credit
+from verifiers_stepwise.hosts.torchtitan import (
+    GPU_ONLY,
+    StepwiseTrainingSampleBuilder,
+    check_cli_flags,
+    check_credit,
+    stepwise_advantage,
+    with_stepwise_advantage,
+)
 from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 
 SECTIONS = ["--module", "tests.hosts.titan_sections"]
@@ -76,6 +83,58 @@ def test_a_stepwise_advantage_with_torchtitans_builder_is_a_config_error():
         check_credit(controller(AdvantageEstimator.Config(), StepwiseTrainingSampleBuilder.Config()))
     check_credit(controller(stepwise, StepwiseTrainingSampleBuilder.Config()))
     check_credit(controller(AdvantageEstimator.Config(), TrainingSampleBuilder.Config()))
+
+
+def test_stepwise_advantage_on_torchtitans_dapo_rollouter_takes_its_flags_once_wrapped():
+    """Regression (#25): on torchtitan's own DAPO-Math rollouter, whose ``advantage`` is annotated
+    ``AdvantageEstimator.Config``, tyro rejected ``--advantage.options.*``. Wrapped by
+    ``with_stepwise_advantage`` they parse; unwrapped, the recipe check names the wrapper."""
+    import pickle
+
+    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
+    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
+
+    config = parse("--config", "dapo_rollouter_with_stepwise", "--advantage.options.gamma", "0.9")
+    assert isinstance(config, DapoMathRollouter.Config) and config._owner is DapoMathRollouter
+    assert (config.advantage.options["gamma"], config.advantage.options["scale"]) == (0.9, "none")
+    assert pickle.loads(pickle.dumps(config)) == config  # torchtitan may ship configs to other processes
+
+    bare = DapoMathRollouter.Config(message_env=DapoMathEnv.Config(), advantage=stepwise_advantage())
+    checked = SimpleNamespace(rollouter=bare, async_loop=SimpleNamespace(training_sample_builder=None))
+    with pytest.raises(ConfigError, match=r"no --rollouter\.advantage\.options\.\* flags.*with_stepwise_advantage"):
+        check_cli_flags(checked)
+    checked.rollouter = with_stepwise_advantage(bare)
+    check_cli_flags(checked)
+    assert checked.rollouter.advantage == bare.advantage  # its options kept
+    for recipe in ("verifiers_rollouter", "native_rollouter"):  # the recipes' own rollouters pass
+        check_cli_flags(SimpleNamespace(rollouter=parse("--config", recipe)))
+
+
+class Controller:
+    """What the check relies on in torchtitan's ``Controller``: ``__init__(self, config)`` builds
+    ``config.rollouter`` (whose ``__init__`` builds its advantage). The real one needs vLLM."""
+
+    def __init__(self, config):
+        self.rollouter = config.rollouter.build()
+
+
+def test_the_documented_recipe_without_its_builder_line_is_an_error_not_a_broadcast():
+    """Regression (#25): docs/torchtitan.md's own-recipe snippet on torchtitan's plain
+    ``Controller.Config`` without the builder line gave every token turn 0's advantage. Building
+    the controller now raises, naming the builder."""
+    rollouter = VerifiersRollouter.Config(
+        taskset="stepwise-dapo-math",
+        env_args={"max_turns": 3, "taskset.limit": 100},
+        advantage=stepwise_advantage(gamma=0.9, scale="none"),
+    )
+    config = SimpleNamespace(
+        rollouter=rollouter, async_loop=SimpleNamespace(training_sample_builder=TrainingSampleBuilder.Config())
+    )
+    with pytest.raises(ConfigError, match=r"set async_loop\.training_sample_builder=StepwiseTrainingSampleBuilder"):
+        Controller(config)
+    config.async_loop.training_sample_builder = StepwiseTrainingSampleBuilder.Config()
+    Controller(config)
+    rollouter.build()  # a rollouter built outside a controller (tests, tools) is not checked
 
 
 @pytest.mark.skipif(all(importlib.util.find_spec(name) for name in GPU_ONLY), reason="GPU stack installed")
@@ -145,3 +204,28 @@ def test_the_modules_old_names_warn_and_give_the_same_objects(old, new):
         moved = importlib.import_module(f"verifiers_stepwise.hosts.{old}")
     current = importlib.import_module(f"verifiers_stepwise.hosts.{new}")
     assert moved.__all__ == current.__all__ and all(getattr(moved, n) is getattr(current, n) for n in current.__all__)
+
+
+_NO_RL = """
+import sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("torchtitan.experiments", "torchtitan.rl")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+import verifiers_stepwise.hosts.torchtitan
+"""
+
+
+def test_a_torchtitan_without_either_rl_layout_is_named():
+    """A torchtitan with neither RL package (0.3.0's nor main's) is named, with the install."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _NO_RL], capture_output=True, text=True, timeout=240, cwd=repo)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("verifiers_stepwise.extras.TrainerDependencyMissing: ")
+    assert "torchtitan.experiments.rl (torchtitan 0.3.0) or torchtitan.rl (torchtitan main)" in last
+    assert "pip install 'verifiers-stepwise[torchtitan]'" in last

@@ -20,3 +20,13 @@ def verifiers_rollouter():
 def native_rollouter():
     """``rl_stepwise_dapo_qwen3_4b_math``'s rollouter (its datasets are torchtitan's defaults)."""
     return StepwiseDapoMathRollouter.Config(message_env=StepwiseDapoMathEnv.Config(max_attempts=4))
+
+
+def dapo_rollouter_with_stepwise():
+    """torchtitan's own DAPO-Math rollouter with ``StepwiseAdvantage``, wrapped so its flags exist."""
+    from torchtitan.experiments.rl.examples.dapo_math.env import DapoMathEnv
+    from torchtitan.experiments.rl.examples.dapo_math.rollouter import DapoMathRollouter
+
+    from verifiers_stepwise.hosts.torchtitan import with_stepwise_advantage
+
+    return with_stepwise_advantage(DapoMathRollouter.Config(message_env=DapoMathEnv.Config()), scale="none")

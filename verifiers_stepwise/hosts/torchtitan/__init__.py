@@ -1,9 +1,11 @@
-"""torchtitan RL (0.3.0, ``torchtitan.experiments.rl``): each turn's advantage on its own tokens.
+"""torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
+advantage on its own tokens.
 
     (this module)     StepwiseAdvantage and StepwiseTrainingSampleBuilder, for any torchtitan env
     verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
     main              StepwiseVerifiersRollouter: the same credit for torchtitan main's own
-                      Verifiers rollouter (PR #4356)
+                      Verifiers rollouter (PR #4356), and main's recipe
+    turns             which verifiers turn each torchtitan turn belongs to (both rollouters)
     config_registry   the recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
     controller        torchtitan's controller config, checked for a stepwise advantage's builder
 
@@ -42,15 +44,17 @@ and the builder drops the same groups torchtitan's does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
+from types import FrameType
 from typing import Any
 
-from verifiers_stepwise.errors import HostMismatch
+from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.extras import requires
+from verifiers_stepwise.extras import TrainerDependencyMissing, install_command, requires
 from verifiers_stepwise.hosts import estimator_from, score_turns
 
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
@@ -73,6 +77,9 @@ def requires_torchtitan(feature: str, *modules: str) -> AbstractContextManager[N
     )
 
 
+RL_PACKAGES = ("torchtitan.experiments.rl", "torchtitan.rl")
+"""Where torchtitan's RL package is: 0.3.0 (the newest release), then main (moved after 0.3.0)."""
+
 with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
     from torchtitan.config import Configurable
 
@@ -81,31 +88,68 @@ with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
         from torchtitan.experiments.rl.observability import metrics as m
         from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
         from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-    except ModuleNotFoundError as error:  # torchtitan main moved experiments.rl to rl (not run here)
-        if not (error.name or "").startswith("torchtitan.experiments"):
-            raise
-        from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
-        from torchtitan.rl.observability import metrics as m
-        from torchtitan.rl.rollout.types import Rollout, RolloutGroup
-        from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
+
+        RL_PACKAGE = RL_PACKAGES[0]
+    except ModuleNotFoundError as error:
+        if error.name not in ("torchtitan.experiments", RL_PACKAGES[0]):
+            raise  # 0.3.0's RL package is there but misses something: name that, not the layout
+        try:  # torchtitan main
+            from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
+            from torchtitan.rl.observability import metrics as m
+            from torchtitan.rl.rollout.types import Rollout, RolloutGroup
+            from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
+        except ModuleNotFoundError as on_main:
+            if on_main.name != RL_PACKAGES[1]:
+                raise
+            raise TrainerDependencyMissing(
+                f"verifiers_stepwise.hosts.torchtitan needs torchtitan's RL package, at {RL_PACKAGES[0]} "
+                f"(torchtitan 0.3.0) or {RL_PACKAGES[1]} (torchtitan main); the installed torchtitan has "
+                f"neither: {install_command('torchtitan')} installs 0.3.0",
+                name=RL_PACKAGES[1],
+            ) from None
+
+        RL_PACKAGE = RL_PACKAGES[1]
 
 __all__ = [
     "GPU_ONLY",
+    "RL_PACKAGE",
+    "Scalar",
     "TURN_INDEX",
     "TURN_REWARD",
     "StepwiseAdvantage",
     "StepwiseTrainingSampleBuilder",
     "TurnAdvantages",
     "check_credit",
+    "check_cli_flags",
+    "env_config",
     "env_turns",
     "requires_torchtitan",
     "stepwise_advantage",
+    "with_stepwise_advantage",
 ]
 
 TURN_REWARD = "turn_reward"
 """The default ``RolloutTurn.env_rewards`` key of a turn's reward."""
 TURN_INDEX = "turn_index"
 """The ``RolloutTurn.env_rewards`` key naming the env turn a torchtitan turn belongs to."""
+
+
+Scalar = int | float | bool | str  # tyro tries each in order: "6" is 6, "True" True, "test" "test"
+
+
+def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
+    """The verifiers ``[env]`` block: ``{"taskset": {"id": taskset}}`` plus ``env_args``, whose
+    dotted keys nest (``"taskset.split": "test"``, ``"agent.harness.id": "stepwise-chat"``)."""
+    block: dict[str, Any] = {"taskset": {"id": taskset}}
+    for dotted, value in env_args.items():
+        *parents, name = dotted.split(".")
+        node = block
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"env_args {dotted!r}: {part!r} is a value, not a section")
+        node[name] = value
+    return block
 
 
 class TurnAdvantages(float):
@@ -173,8 +217,10 @@ def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
 class StepwiseAdvantage(Configurable):
     """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator.
 
-    Example:
-        Rollouter.Config(..., advantage=StepwiseAdvantage.Config(options={"gamma": 0.9}))
+    Example (with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's builder)::
+
+        with_stepwise_advantage(DapoMathRollouter.Config(...), gamma=0.9)  # torchtitan's rollouter
+        VerifiersRollouter.Config(..., advantage=stepwise_advantage(gamma=0.9))  # this package's
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -191,6 +237,7 @@ class StepwiseAdvantage(Configurable):
     def __init__(self, config: Config) -> None:
         self.turn_reward_key = config.turn_reward_key
         self.estimator = estimator_from(config)
+        _check_the_controller_building(config)
 
     def __call__(self, group: RolloutGroup) -> list[TurnAdvantages]:
         """One ``TurnAdvantages`` per rollout, in group order."""
@@ -296,15 +343,113 @@ def check_credit(config: Any) -> None:
     ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
     broadcasts turn 0's advantage to every turn; this builder rejects scalar advantages only
     once the first group arrives). Reads ``config.rollouter.advantage`` and
-    ``config.async_loop.training_sample_builder``."""
-    from verifiers_stepwise.estimators.base import ConfigError
+    ``config.async_loop.training_sample_builder``.
+
+    Also run, on torchtitan's own ``Controller.Config``, when the controller builds the
+    rollouter (``StepwiseAdvantage.__init__``), so a recipe that is not a
+    ``StepwiseController.Config`` cannot broadcast either."""
 
     stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
     builder = config.async_loop.training_sample_builder
     if stepwise != isinstance(builder, StepwiseTrainingSampleBuilder.Config):
+        fix = (
+            "set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder.Config() "
+            "(torchtitan's builder would give every token of a rollout its first turn's advantage)"
+            if stepwise
+            else "set rollouter.advantage=stepwise_advantage(...) or use torchtitan's TrainingSampleBuilder"
+        )
         raise ConfigError(
             f"rollouter.advantage is {type(config.rollouter.advantage).__qualname__} but "
             f"async_loop.training_sample_builder is {type(builder).__qualname__}: per-turn advantages need "
-            "both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config "
-            "(verifiers_stepwise.hosts.torchtitan)"
+            f"both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config; {fix} "
+            "(both in verifiers_stepwise.hosts.torchtitan)"
         )
+
+
+def check_cli_flags(config: Any) -> None:
+    """Raise ConfigError when ``config.rollouter`` holds ``StepwiseAdvantage`` in a field its class
+    annotates otherwise: tyro would then reject ``--rollouter.advantage.options.*`` (it builds
+    flags from the annotation). The error names ``with_stepwise_advantage``, which fixes it."""
+
+    rollouter = config.rollouter
+    if isinstance(rollouter.advantage, StepwiseAdvantage.Config) and (
+        _annotated_advantage(type(rollouter)) is not StepwiseAdvantage.Config
+    ):
+        raise ConfigError(
+            f"rollouter {type(rollouter).__qualname__} annotates its advantage as "
+            f"{_annotated_advantage(type(rollouter))!r}, so the CLI offers no --rollouter.advantage.options.* "
+            "flags for StepwiseAdvantage; wrap the rollouter config: "
+            "verifiers_stepwise.hosts.torchtitan.with_stepwise_advantage(rollouter, **options)"
+        )
+
+
+def _check_the_controller_building(advantage: StepwiseAdvantage.Config) -> None:
+    """``check_credit`` on the torchtitan ``Controller.Config`` whose controller is building this
+    advantage, if one is. torchtitan gives a component no view of the controller's config, but
+    its ``Controller.__init__(self, config)`` builds the rollouter, which builds its advantage,
+    so that config is a local ``config`` of a frame above; a plain torchtitan
+    ``Controller.Config`` (a user's own recipe) otherwise runs no check at all."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(32):  # a few build() and __init__ frames; never the whole stack
+        if frame is None:
+            return
+        config = frame.f_locals.get("config")
+        rollouter = getattr(config, "rollouter", None)
+        if hasattr(config, "async_loop") and getattr(rollouter, "advantage", None) == advantage:
+            check_credit(config)
+            return
+        frame = frame.f_back
+
+
+def with_stepwise_advantage(rollouter: Any, **options: float | int | str | bool) -> Any:
+    """``rollouter`` (any torchtitan ``Rollouter.Config``) with ``StepwiseAdvantage`` as its
+    advantage, whose every estimator option is a CLI flag.
+
+    tyro builds a field's flags from its annotation: torchtitan's rollouters annotate
+    ``advantage`` as ``AdvantageEstimator.Config`` (or ``Configurable.Config``), so a
+    ``StepwiseAdvantage.Config`` put there has no ``--rollouter.advantage.options.*`` flags and
+    tyro rejects them. The config returned is of a subclass of ``rollouter``'s class (same owner,
+    same fields) that annotates ``advantage`` as ``StepwiseAdvantage.Config``. ``options``
+    default to the rollouter's current stepwise options, if it has them.
+    """
+    config_class = _stepwise_config_class(type(rollouter))
+    current = rollouter.advantage
+    if not options and isinstance(current, StepwiseAdvantage.Config):
+        full = stepwise_advantage(current.estimator, **current.options)
+        advantage = replace(full, turn_reward_key=current.turn_reward_key)
+    else:
+        advantage = stepwise_advantage("stepwise", **options)
+    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
+    return config_class(**kept, advantage=advantage)
+
+
+def _stepwise_config_class(base: type) -> type:
+    if _annotated_advantage(base) is StepwiseAdvantage.Config:
+        return base
+    name = f"Stepwise_{base.__qualname__.replace('.', '_')}"
+    made = globals().get(name)
+    if made is None:
+        namespace = {
+            "__annotations__": {"advantage": StepwiseAdvantage.Config},
+            "advantage": field(default_factory=stepwise_advantage),
+        }
+        made = dataclass(kw_only=True, slots=True)(type(name, (base,), namespace))
+        made.__module__, made.__qualname__ = __name__, name  # picklable by reference
+        globals()[name] = made
+    return made
+
+
+def _annotated_advantage(config_class: type) -> Any:
+    """The annotation of ``advantage`` that a config class's dataclass fields follow (the nearest
+    class in its MRO that annotates it), resolved; None when no class does or it will not resolve."""
+    for klass in config_class.__mro__:
+        annotation = klass.__dict__.get("__annotations__", {}).get("advantage")
+        if annotation is None:
+            continue
+        if isinstance(annotation, str):
+            try:
+                return eval(annotation, vars(sys.modules[klass.__module__]))  # noqa: S307 (an annotation string)
+            except Exception:
+                return None
+        return annotation
+    return None

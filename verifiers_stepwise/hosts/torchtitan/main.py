@@ -1,4 +1,4 @@
-"""Per-turn credit for torchtitan's own Verifiers rollouter (torchtitan main, after 0.3.0).
+"""Per-turn credit for torchtitan main's own Verifiers rollouter (torchtitan main, after 0.3.0).
 
 pytorch/torchtitan PR #4356 ("[rl] Add optional Verifiers rollout integration") runs verifiers
 episodes in torchtitan but gives only a rollout's last turn a reward
@@ -8,31 +8,30 @@ episodes in torchtitan but gives only a rollout's last turn a reward
 - ``trace_to_rollout_turns`` calls torchtitan's own conversion, checks that its turns are the
   trace's sampled spans token for token (``label_rollout_turns``; a mismatch is an error), and
   writes each verifiers turn's reward and turn index into ``env_rewards``, as this package's
-  0.3.0 rollouter does (``hosts.torchtitan.verifiers``);
+  0.3.0 rollouter does (``hosts.torchtitan.turns``);
 - its config's ``advantage`` is ``StepwiseAdvantage.Config`` (every estimator option its own
   flag); pair it with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's
   ``async_loop.training_sample_builder``.
 
-``with_stepwise_credit(config)`` makes both changes to a torchtitan main recipe that uses
-``VerifiersRollouter``; ``rl_stepwise_dapo_qwen3_4b_verifiers_8k`` is torchtitan's own
-Verifiers DAPO-Math recipe so changed (a ``config_registry`` module)::
+The recipe ``rl_stepwise_verifiers_dapo_qwen3_4b_math`` trains this package's
+``stepwise-dapo-math`` env in refine mode (up to 4 attempts, each scored ±1 as its turn's
+reward) through it, on torchtitan main's own Verifiers DAPO-Math recipe (model, trainer,
+generators, loss, parallelism)::
 
     python -m torchtitan.rl.train --module verifiers_stepwise.hosts.torchtitan.main \\
-        --config rl_stepwise_dapo_qwen3_4b_verifiers_8k
+        --config rl_stepwise_verifiers_dapo_qwen3_4b_math
 
-What was checked and what was not: the base class is looked up where torchtitan main has it
-(``torchtitan.rl.examples.verifiers.rollouter``, read at commit 986bd6e5) and where PR #4356
-put it (``torchtitan.experiments.rl.examples.verifiers.components.rollouter``, read at commit
-0db04a96). In both, ``_run_single_rollout`` calls the static ``trace_to_rollout_turns(*, trace,
-generation_metadata, group_id, rollout_id)``, which emits one turn per run of sampled tokens,
-branch by branch, each node once, the order of ``sampled_spans(trace, trainable_only=False)``;
-``label_rollout_turns`` is tested on CPU against turns made in that order from real verifiers
-traces. It reads only what verifiers 0.3.x traces (which PR #4356 pins) also have, checked in
-the vendored verifiers a60a606: ``trace.info``, ``trace.branches`` with ``nodes``,
-``token_ids`` and ``logprobs``, and each node's ``sampled``, ``mask`` and ``token_ids``.
-This module itself was never imported here: it needs torchtitan main with PR #4356, and
-torchtitan 0.3.0, the newest release, has neither (importing it there raises ImportError
-saying so). Nor was a GPU run made.
+``stepwise_env_rollouter`` does the same for any verifiers env (``stepwise-refine``, yours);
+``with_stepwise_credit`` adds per-turn credit to a main recipe keeping its env.
+
+What was checked: ``tests/hosts/test_host_torchtitan_main.py`` runs torchtitan main's
+``rollouter.py``, ``data.py``, ``env_server.py`` and ``generation_server.py`` (the versions
+``tests/hosts/torchtitan_main/README.md`` names), with stand-ins for the rest of main that
+0.3.0 lacks, under this class against real verifiers episodes of this package's envs; each
+token's advantage equals ``score_group``'s. The base class is looked up where torchtitan main
+has it (``torchtitan.rl.examples.verifiers.rollouter``) and where PR #4356 first put it
+(``torchtitan.experiments.rl.examples.verifiers.components.rollouter``, commit 0db04a96).
+Not run: torchtitan main itself (not released; 0.3.0 is the newest) and a GPU run.
 """
 
 from __future__ import annotations
@@ -41,15 +40,23 @@ import importlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.hosts.torchtitan import (
+    Scalar,
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
+    env_config,
     requires_torchtitan,
     stepwise_advantage,
 )
-from verifiers_stepwise.hosts.torchtitan.verifiers import label_rollout_turns
+from verifiers_stepwise.hosts.torchtitan.turns import label_rollout_turns
 
-__all__ = ["StepwiseVerifiersRollouter", "rl_stepwise_dapo_qwen3_4b_verifiers_8k", "with_stepwise_credit"]
+__all__ = [
+    "StepwiseVerifiersRollouter",
+    "rl_stepwise_verifiers_dapo_qwen3_4b_math",
+    "stepwise_env_rollouter",
+    "with_stepwise_credit",
+]
 
 _BASES = (
     "torchtitan.rl.examples.verifiers.rollouter",  # torchtitan main
@@ -80,6 +87,10 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
     class Config(_base.VerifiersRollouter.Config):
         advantage: StepwiseAdvantage.Config = field(default_factory=stepwise_advantage)
 
+        def __post_init__(self) -> None:
+            _base.VerifiersRollouter.Config.__post_init__(self)
+            _refuse_a_task_cap_verifiers_cannot_apply(self)
+
     @staticmethod
     def trace_to_rollout_turns(*, trace: Any, **kwargs: Any) -> list:
         turns = _base.VerifiersRollouter.trace_to_rollout_turns(trace=trace, **kwargs)
@@ -88,23 +99,104 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
         return turns
 
 
+def _refuse_a_task_cap_verifiers_cannot_apply(config: Any) -> None:
+    """torchtitan main's task source caps a taskset with ``Taskset.head(num_tasks)`` (verifiers
+    0.3.1, its pin); verifiers 0.4.0 renamed it ``take``, so a cap would fail at the first
+    build with an AttributeError. Refused here, at config time, with the way round it."""
+    from verifiers.v1.taskset import Taskset
+
+    if hasattr(Taskset, "head"):
+        return
+    for name in ("train_data", "validation_source", "train_dataset", "validation_dataset"):
+        section = getattr(config, name, None)
+        source = getattr(section, "source", section)  # train_data.source; the others are sources
+        cap = getattr(source, "num_tasks", None)
+        if cap is not None:
+            import verifiers
+
+            where = f"rollouter.{name}{'.source' if source is not section else ''}.num_tasks"
+            raise ConfigError(
+                f"{where} = {cap}: torchtitan main caps tasks with verifiers' Taskset.head, which "
+                f"verifiers {verifiers.__version__} calls take; leave num_tasks unset and cap the taskset "
+                "itself (stepwise_env_rollouter(..., env_args={'taskset.limit': N}) for a taskset with a "
+                "limit field), or install verifiers 0.3.1, main's pin"
+            )
+
+
+def stepwise_env_rollouter(
+    rollouter: Any,
+    *,
+    taskset: str = "stepwise-dapo-math",
+    env_args: dict[str, Scalar] | None = None,
+    **options: float | int | str | bool,
+) -> StepwiseVerifiersRollouter.Config:
+    """torchtitan main's ``VerifiersRollouter.Config`` (a recipe's) training the verifiers env
+    ``taskset`` (any installed env id; ``env_args`` its ``[env]`` fields, dotted keys nest) with
+    per-turn credit: its training and validation tasks and its env server's environment are that
+    env's, ``options`` the stepwise estimator's; the rest (server pool, rubric, generation
+    server) is the recipe's."""
+    import verifiers.v1 as vf
+
+    environment = vf.resolve_env_config(env_config(taskset, env_args or {}))
+    source = rollouter.train_data.source
+    return _stepwise(
+        rollouter,
+        options,
+        train_data=replace(rollouter.train_data, source=replace(source, verifiers_taskset=environment.taskset)),
+        validation_source=replace(rollouter.validation_source, verifiers_taskset=environment.taskset),
+        verifiers_env_server=replace(rollouter.verifiers_env_server, environment=environment),
+    )
+
+
 def with_stepwise_credit(config: Any, **options: float | int | str | bool) -> Any:
     """A torchtitan main ``Controller.Config`` whose rollouter is ``VerifiersRollouter``, with that
     rollouter as ``StepwiseVerifiersRollouter`` (``options`` for the stepwise estimator) and
-    ``StepwiseTrainingSampleBuilder`` as its builder; every other field kept."""
-    rollouter = config.rollouter
-    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
+    ``StepwiseTrainingSampleBuilder`` as its builder; every other field kept, its env too."""
     return replace(
         config,
-        rollouter=StepwiseVerifiersRollouter.Config(**kept, advantage=stepwise_advantage("stepwise", **options)),
+        rollouter=_stepwise(config.rollouter, options),
         async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
     )
 
 
-def rl_stepwise_dapo_qwen3_4b_verifiers_8k() -> Any:
-    """torchtitan main's ``rl_dapo_qwen3_4b_verifiers_8k`` with per-turn credit (Dr.GRPO centring,
-    as that recipe's default estimator)."""
+def _stepwise(rollouter: Any, options: dict[str, Any], **changes: Any) -> StepwiseVerifiersRollouter.Config:
+    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
+    return StepwiseVerifiersRollouter.Config(**{**kept, **changes}, advantage=stepwise_advantage("stepwise", **options))
+
+
+def _refuse_verifiers_before_0_4(taskset: str) -> None:
+    """torchtitan main pins verifiers 0.3.1, but ``stepwise-dapo-math`` needs 0.4 (its tasks have
+    no ``id`` field, which 0.3.1's env server reads): refused here, not at the first episode."""
+    from importlib.metadata import version
+
+    installed = version("verifiers")
+    if tuple(int(part) for part in installed.split(".")[:2]) < (0, 4):
+        raise ConfigError(
+            f"{taskset} needs verifiers>=0.4, and verifiers {installed} is installed (torchtitan main pins "
+            "0.3.1): install verifiers 0.4.0 after torchtitan main (main's Verifiers rollouter was tested on "
+            "both), or train stepwise-refine, which runs on 0.3.1, with stepwise_env_rollouter"
+        )
+
+
+def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Any:
+    """torchtitan main's ``rl_dapo_qwen3_4b_verifiers_8k`` (Qwen3-4B-Base, one TP=2 trainer, six
+    generators) on this package's ``stepwise-dapo-math`` env in refine mode: up to 4 attempts of
+    up to 2K tokens each within its 10K context, each attempt's ±1 its turn's reward, Dr.GRPO
+    centring as that recipe's estimator. Validation runs the same taskset."""
     with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.main"):
         from torchtitan.rl.examples.verifiers.dapo_math.config_registry import rl_dapo_qwen3_4b_verifiers_8k
 
-    return with_stepwise_credit(rl_dapo_qwen3_4b_verifiers_8k(), scale="none")
+        from verifiers_stepwise.hosts.torchtitan.controller import stepwise_controller
+
+    _refuse_verifiers_before_0_4("stepwise-dapo-math")
+    base = rl_dapo_qwen3_4b_verifiers_8k()
+    config = replace(
+        base,
+        rollouter=stepwise_env_rollouter(
+            base.rollouter, taskset="stepwise-dapo-math", env_args={"max_turns": 4}, scale="none"
+        ),
+        async_loop=replace(base.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
+        generator=replace(base.generator, sampling=replace(base.generator.sampling, max_tokens=2048)),
+        dump_folder="outputs/rl/qwen3_4b_stepwise_verifiers_dapo_math",
+    )
+    return stepwise_controller(config)

@@ -37,13 +37,21 @@ import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
-from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, StepwiseAdvantage, requires_torchtitan
-from verifiers_stepwise.traces.turns import read_turns
+from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
+from verifiers_stepwise.hosts.torchtitan.turns import Span, label_rollout_turns, label_turns, sampled_spans
+
+if RL_PACKAGE != "torchtitan.experiments.rl":
+    # main's Rollouter has its own lifecycle (setup_async, no renderer per group) and rollouter
+    raise HostMismatch(
+        "verifiers_stepwise.hosts.torchtitan.verifiers is the Verifiers rollouter for torchtitan 0.3.0; "
+        f"this torchtitan has main's layout ({RL_PACKAGE}): use torchtitan's own Verifiers rollouter with "
+        "verifiers_stepwise.hosts.torchtitan.main.StepwiseVerifiersRollouter"
+    )
 
 with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.verifiers", "tyro"):
     import tyro
@@ -79,23 +87,6 @@ VERIFIERS_REWARD = "verifiers_reward"
 """``env_rewards`` key of the trace reward, on a rollout's last turn."""
 ROUTE_HEADER = "X-Stepwise-Route"
 """Header naming which group's ``GenerateFn`` (train or validation) a request belongs to."""
-
-Scalar = int | float | bool | str  # tyro tries each in order: "6" is 6, "True" True, "test" "test"
-
-
-def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
-    """The verifiers ``[env]`` block: ``{"taskset": {"id": taskset}}`` plus ``env_args``, whose
-    dotted keys nest (``"taskset.split": "test"``, ``"agent.harness.id": "stepwise-chat"``)."""
-    block: dict[str, Any] = {"taskset": {"id": taskset}}
-    for dotted, value in env_args.items():
-        *parents, name = dotted.split(".")
-        node = block
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"env_args {dotted!r}: {part!r} is a value, not a section")
-        node[name] = value
-    return block
 
 
 class VerifiersTasks(Configurable):
@@ -445,36 +436,6 @@ class _Route:
     sampling: Any
 
 
-class Span(NamedTuple):
-    """Sampled tokens ``[start, stop)`` of a branch's token stream, from node ``node``."""
-
-    node: int
-    branch: Any
-    start: int
-    stop: int
-
-
-def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]:
-    """Every contiguous run of sampled tokens, in branch then node order, each node once (in
-    the first branch that holds it): the order torchtitan's own ``trace_to_rollout_turns``
-    (PR #4356) emits turns in. ``trainable_only`` skips branches verifiers marks untrainable
-    (a rejected compaction attempt); PR #4356 walks them too."""
-    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
-    seen: set[int] = set()
-    spans: list[Span] = []
-    for branch in trace.branches:
-        if trainable_only and not branch.trainable:
-            continue
-        offset = 0
-        for node in branch.nodes:
-            i = index_of[id(node)]
-            if node.sampled and i not in seen:
-                seen.add(i)
-                spans += [Span(i, branch, offset + a, offset + b) for a, b in _runs(node.mask)]
-            offset += len(node.token_ids)
-    return spans
-
-
 def trace_to_turns(
     trace: vf.Trace,
     *,
@@ -505,54 +466,6 @@ def trace_to_turns(
     if out:
         out[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
     return out
-
-
-def label_turns(trace: vf.Trace, turns: list[RolloutTurn], nodes: list[int]) -> None:
-    """Write each verifiers turn's reward on torchtitan turns made from ``trace``: turn k came
-    from sampled node ``nodes[k]``; it gets ``env_rewards["turn_index"]`` = the verifiers turn t
-    holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
-    = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
-
-    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
-    turn with a reward produced no sampled token (its reward would be lost)."""
-    turns_of_trace = read_turns(trace)
-    if turns_of_trace is None:
-        return
-    turn_of = {i: t for t, held in enumerate(turns_of_trace.nodes) for i in held}
-    last: dict[int, RolloutTurn] = {}
-    for turn, node in zip(turns, nodes, strict=True):
-        t = turn_of[node]
-        turn.env_rewards[TURN_INDEX] = float(t)
-        last[t] = turn
-    for t, reward in enumerate(turns_of_trace.rewards):
-        if t not in last:
-            raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
-        last[t].env_rewards[TURN_REWARD] = reward
-
-
-def label_rollout_turns(trace: vf.Trace, turns: list[RolloutTurn]) -> None:
-    """``label_turns`` for turns another converter made from ``trace`` (torchtitan main's
-    ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over every
-    branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
-    spans = sampled_spans(trace, trainable_only=False)
-    made = [turn.completion_token_ids for turn in turns]
-    expected = [span.branch.token_ids[span.start : span.stop] for span in spans]
-    if made != expected:
-        raise ValueError(
-            f"trace {trace.id}: {len(made)} torchtitan turns do not match its {len(expected)} sampled spans; "
-            "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan.verifiers"
-        )
-    label_turns(trace, turns, [span.node for span in spans])
-
-
-def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:
-    """Half-open runs of True in ``mask``."""
-    k = 0
-    for sampled, run in itertools.groupby(mask):
-        n = len(list(run))
-        if sampled:
-            yield k, k + n
-        k += n
 
 
 def _status(ok: bool, trace: vf.Trace, turns: list[RolloutTurn]) -> RolloutStatus:

@@ -1,0 +1,7 @@
+"""Stand-in: torchtitan main's ``torchtitan.rl.rollout.advantage``
+is torchtitan 0.3.0's ``torchtitan.experiments.rl.rollout.advantage`` (the same module object)."""
+
+import importlib
+import sys
+
+sys.modules[__name__] = importlib.import_module("torchtitan.experiments.rl.rollout.advantage")

@@ -1,0 +1,100 @@
+"""Which verifiers turn each torchtitan turn of a trace belongs to, and its reward.
+
+Shared by both Verifiers rollouters: this package's for torchtitan 0.3.0
+(``hosts.torchtitan.verifiers``, which makes the turns) and torchtitan main's own (PR #4356,
+``hosts.torchtitan.main``, which labels the turns torchtitan made). Imports no torchtitan
+module, so it loads on either layout; it only reads and writes ``RolloutTurn.env_rewards``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD
+from verifiers_stepwise.traces.turns import read_turns
+
+if TYPE_CHECKING:
+    import verifiers.v1 as vf
+
+__all__ = ["Span", "label_rollout_turns", "label_turns", "sampled_spans"]
+
+
+class Span(NamedTuple):
+    """Sampled tokens ``[start, stop)`` of a branch's token stream, from node ``node``."""
+
+    node: int
+    branch: Any
+    start: int
+    stop: int
+
+
+def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]:
+    """Every contiguous run of sampled tokens, in branch then node order, each node once (in
+    the first branch that holds it): the order torchtitan's own ``trace_to_rollout_turns``
+    (PR #4356) emits turns in. ``trainable_only`` skips branches verifiers marks untrainable
+    (a rejected compaction attempt); PR #4356 walks them too."""
+    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
+    seen: set[int] = set()
+    spans: list[Span] = []
+    for branch in trace.branches:
+        if trainable_only and not branch.trainable:
+            continue
+        offset = 0
+        for node in branch.nodes:
+            i = index_of[id(node)]
+            if node.sampled and i not in seen:
+                seen.add(i)
+                spans += [Span(i, branch, offset + a, offset + b) for a, b in _runs(node.mask)]
+            offset += len(node.token_ids)
+    return spans
+
+
+def label_turns(trace: vf.Trace, turns: list[Any], nodes: list[int]) -> None:
+    """Write each verifiers turn's reward on torchtitan turns made from ``trace``: turn k came
+    from sampled node ``nodes[k]``; it gets ``env_rewards["turn_index"]`` = the verifiers turn t
+    holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
+    = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
+
+    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
+    turn with a reward produced no sampled token (its reward would be lost)."""
+    turns_of_trace = read_turns(trace)
+    if turns_of_trace is None:
+        return
+    turn_of = {i: t for t, held in enumerate(turns_of_trace.nodes) for i in held}
+    last: dict[int, Any] = {}
+    for turn, node in zip(turns, nodes, strict=True):
+        t = turn_of[node]
+        turn.env_rewards[TURN_INDEX] = float(t)
+        last[t] = turn
+    for t, reward in enumerate(turns_of_trace.rewards):
+        if t not in last:
+            raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
+        last[t].env_rewards[TURN_REWARD] = reward
+
+
+def label_rollout_turns(trace: vf.Trace, turns: list[Any]) -> None:
+    """``label_turns`` for turns another converter made from ``trace`` (torchtitan main's
+    ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over every
+    branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
+    spans = sampled_spans(trace, trainable_only=False)
+    made = [turn.completion_token_ids for turn in turns]
+    expected = [span.branch.token_ids[span.start : span.stop] for span in spans]
+    if made != expected:
+        raise ValueError(
+            f"trace {trace.id}: {len(made)} torchtitan turns do not match its {len(expected)} sampled spans; "
+            "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan.turns"
+        )
+    label_turns(trace, turns, [span.node for span in spans])
+
+
+def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:
+    """Half-open runs of True in ``mask``."""
+    k = 0
+    for sampled, run in itertools.groupby(mask):
+        n = len(list(run))
+        if sampled:
+            yield k, k + n
+        k += n
