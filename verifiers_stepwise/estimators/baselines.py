@@ -67,14 +67,14 @@ def normalize_segments(
     """
     if x.size == 0:
         return x.copy()
-    starts = np.cumsum(sizes) - sizes
+    starts = sizes.cumsum() - sizes
     hi, lo = np.maximum.reduceat(x, starts), np.minimum.reduceat(x, starts)
     # In units of 2^e >= max|X| (an exact rescaling): z = x / 2^e lies in [-1, 1], z² cannot overflow.
     _, e = np.frexp(np.maximum(hi, -lo))
-    e_each = np.repeat(e, sizes)
+    e_each = e.repeat(sizes)
     z = np.ldexp(x, -e_each)
     mean = np.add.reduceat(z, starts) / sizes  # mean(X) / 2^e
-    deviation = z - np.repeat(mean, sizes)  # (x − mean(X)) / 2^e
+    deviation = z - mean.repeat(sizes)  # (x − mean(X)) / 2^e
     factor = np.repeat(sizes / np.maximum(sizes - 1, 1), sizes) if leave_one_out else 1.0  # |X| / (|X| − 1)
     if scale == "std":
         std = np.sqrt(np.add.reduceat(deviation * deviation, starts) / sizes)  # std(X) / 2^e
@@ -159,9 +159,9 @@ def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, 
       (n_turns,) A_{j,t} in the same layout.
     """
     # Each group's R̃ as an (L, G) table, row t holding X_t; the tables end to end, row by row.
-    sizes = np.repeat(batch.group_sizes, batch.group_longest)  # (n_rows,) |X_t| = G, t = 0..L − 1
-    row_start = np.cumsum(sizes) - sizes
-    cell = row_start[turn_rows(batch)] + np.repeat(batch.trajectory_in_group, batch.lengths)  # R̃_{k,t}: row t, k
+    sizes = batch.group_sizes.repeat(batch.group_longest)  # (n_rows,) |X_t| = G, t = 0..L − 1
+    row_start = sizes.cumsum() - sizes
+    cell = row_start[turn_rows(batch)] + batch.trajectory_in_group.repeat(batch.lengths)  # R̃_{k,t}: row t, k
     R_tilde = np.zeros(int(sizes.sum()))  # R̃_{k,t} = 0 where k stopped before t,
     R_tilde[cell] = returns  # R_{k,t} where T_k > t
     return normalize_segments(R_tilde, sizes, scale, eps)[cell]  # A(R_{j,t}; X_t) where T_j > t
@@ -170,5 +170,5 @@ def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, 
 def turn_rows(batch: RaggedBatch) -> np.ndarray:
     """(n_turns,) the row of each turn when turn indices t = 0..L − 1 of each group (L its
     longest trajectory) are rows, the groups' rows end to end: Σ(L of earlier groups) + t."""
-    first_row = np.cumsum(batch.group_longest) - batch.group_longest
-    return np.repeat(first_row, batch.group_turns) + batch.turn_index
+    first_row = batch.group_longest.cumsum() - batch.group_longest
+    return first_row.repeat(batch.group_turns) + batch.turn_index

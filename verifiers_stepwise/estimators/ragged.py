@@ -142,7 +142,7 @@ class RaggedBatch:
     @cached_property
     def trajectory_ends(self) -> np.ndarray:
         """(n_traj,) one past the last turn of each trajectory in the flat layout."""
-        return np.cumsum(self.lengths)
+        return self.lengths.cumsum()
 
     @cached_property
     def trajectory_starts(self) -> np.ndarray:
@@ -152,7 +152,7 @@ class RaggedBatch:
     @cached_property
     def turn_index(self) -> np.ndarray:
         """(n_turns,) position t of each turn inside its trajectory, from 0."""
-        return np.arange(self.n_turns) - np.repeat(self.trajectory_starts, self.lengths)
+        return np.arange(self.n_turns) - self.trajectory_starts.repeat(self.lengths)
 
     @cached_property
     def steps_left(self) -> np.ndarray:
@@ -167,7 +167,7 @@ class RaggedBatch:
     @cached_property
     def group_starts(self) -> np.ndarray:
         """(n_groups,) index of each group's first trajectory."""
-        return np.cumsum(self.group_sizes) - self.group_sizes
+        return self.group_sizes.cumsum() - self.group_sizes
 
     @cached_property
     def group_longest(self) -> np.ndarray:
@@ -177,7 +177,7 @@ class RaggedBatch:
     @cached_property
     def group_turn_starts(self) -> np.ndarray:
         """(n_groups,) flat index of each group's first turn."""
-        return np.cumsum(self.group_turns) - self.group_turns
+        return self.group_turns.cumsum() - self.group_turns
 
     @cached_property
     def group_of_trajectory(self) -> np.ndarray:
@@ -187,7 +187,7 @@ class RaggedBatch:
     @cached_property
     def trajectory_in_group(self) -> np.ndarray:
         """(n_traj,) position of each trajectory inside its group, from 0."""
-        return np.arange(self.n_trajectories) - np.repeat(self.group_starts, self.group_sizes)
+        return np.arange(self.n_trajectories) - self.group_starts.repeat(self.group_sizes)
 
     @cached_property
     def group_of_turn(self) -> np.ndarray:

@@ -84,13 +84,14 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
     returns = batch.rewards.copy()  # R_T = r_T; earlier turns hold r_t until their step
     if batch.n_trajectories:
         by_length = np.argsort(-batch.lengths, kind="stable")
-        last_turns = batch.trajectory_ends[by_length] - 1  # (n_traj,) longest trajectory first
-        longer_than = batch.n_trajectories - np.cumsum(np.bincount(batch.lengths))  # [k]: #(T > k)
+        ahead = batch.trajectory_ends[by_length] - 1  # (n_traj,) the last turns, longest trajectory first
+        longer_than = (batch.n_trajectories - np.bincount(batch.lengths).cumsum()).tolist()  # [k]: #(T > k)
         with np.errstate(over="ignore"):  # an overflow is reported below, with where it is
-            for k in range(1, int(batch.lengths.max())):
-                turns = last_turns[: longer_than[k]] - k  # the turn k steps before the end
-                later = gamma * returns[turns + 1]
+            for n in longer_than[1:-1]:  # step k = 1 .. max T − 1: the n trajectories longer than k
+                turns = ahead[:n] - 1  # the turn k steps before the end; ahead[:n] holds the turn after it
+                later = gamma * returns[ahead[:n]]
                 returns[turns] = np.maximum(returns[turns], later) if use_max else returns[turns] + later
+                ahead = turns
     finite = np.isfinite(returns)
     if not finite.all():
         raise overflow_error(batch, finite, gamma)
