@@ -17,7 +17,7 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
@@ -26,6 +26,9 @@ from .instances import SweInstance
 from .limits import SandboxLimits
 from .sandbox import BwrapSandbox, Sandbox, remove_tree
 from .volume import make_volume
+
+if TYPE_CHECKING:
+    import verifiers.v1 as vf
 
 __all__ = ["BoxRef", "UnsupportedRuntime", "open_sandbox", "prepare_box"]
 
@@ -48,7 +51,7 @@ class BoxRef(BaseModel):
     limits: SandboxLimits = SandboxLimits()
 
 
-async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> tuple[BoxRef, Sandbox]:
+async def prepare_box(runtime: vf.Runtime, instance: SweInstance, limits: SandboxLimits) -> tuple[BoxRef, Sandbox]:
     """Make the instance's repository ready in ``runtime`` at its base commit."""
     if runtime.type == "subprocess":
         if instance.image is not None:
@@ -72,7 +75,7 @@ async def prepare_box(runtime, instance: SweInstance, limits: SandboxLimits) -> 
 
         repo = Path(runtime.info.id) / "repo"
         # File copies and (once per process) git and a probe sandbox: off the event loop.
-        sandbox = await asyncio.to_thread(local)
+        sandbox: Sandbox = await asyncio.to_thread(local)
         return BoxRef(kind="local", repo=str(repo), python=sys.executable, limits=limits), sandbox
     if runtime.type in CONTAINER_RUNTIMES:
         sandbox = RuntimeSandbox(runtime, limits, workdir=runtime.config.workdir)

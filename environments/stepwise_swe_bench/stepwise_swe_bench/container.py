@@ -21,10 +21,14 @@ import shlex
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from .limits import SandboxLimits, grading_limits, shell_prelude
-from .output import CommandResult, OutputBuffer
+from .output import CommandResult, OutputBuffer, Termination
 from .sandbox import WORKDIR
+
+if TYPE_CHECKING:
+    import verifiers.v1 as vf
 
 __all__ = ["RuntimeSandbox"]
 
@@ -36,7 +40,7 @@ _RUN = f'timeout -k 5 "$3" /bin/bash -c "$1" 2>&1 | head -c "$4"; echo "{_STATUS
 class RuntimeSandbox:
     """``Sandbox`` over a started verifiers ``Runtime`` whose box is a container."""
 
-    def __init__(self, runtime, limits: SandboxLimits | None = None, workdir: str = WORKDIR):
+    def __init__(self, runtime: vf.Runtime, limits: SandboxLimits | None = None, workdir: str = WORKDIR) -> None:
         self.runtime = runtime
         self.limits = limits or SandboxLimits()
         self.workdir = workdir
@@ -74,6 +78,7 @@ class RuntimeSandbox:
         data = result.stdout.encode()
         buffer = OutputBuffer(kept_bytes)
         buffer.feed(data[:kill])
+        termination: Termination
         if len(data) > kill:
             termination = "output_limit"
         elif exit_code in (124, 137) and duration >= timeout_s:

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    from swebench.types import TestSpec
 
 __all__ = ["BUNDLED", "DATASETS", "FIXTURES", "InstanceError", "SweInstance", "fixture_instances", "load_instances"]
 
@@ -103,7 +106,7 @@ class SweInstance(BaseModel):
                 )
             raise InstanceError(f"instance {name!r} from {source}: {problems}{hint}") from None
 
-    def test_spec(self):
+    def test_spec(self) -> TestSpec:
         """swebench's ``TestSpec`` for this instance (eval script with exit-code recording)."""
         from swebench.harness.utils import make_test_spec
 

@@ -32,6 +32,7 @@ import logging
 import os
 import platform
 import threading
+import types
 
 __all__ = ["REFUSED", "KeyringUnavailable", "filter_program", "fresh_session_keyring"]
 
@@ -49,7 +50,7 @@ class KeyringUnavailable(RuntimeError):
     """The keyring calls cannot be filtered here (no libseccomp)."""
 
 
-def _libseccomp():
+def _libseccomp() -> types.ModuleType:
     """``pyseccomp``, imported only when a sandbox is made (it loads ``libseccomp.so.2``)."""
     try:
         import pyseccomp

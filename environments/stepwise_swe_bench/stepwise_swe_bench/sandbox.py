@@ -551,11 +551,12 @@ class BwrapSandbox:
         sandbox; deleted on exit. The model's repository is not read."""
         if self.base is None:
             raise RuntimeError(f"the sandbox over {self.repo} has no base checkout to grade in")
+        base = self.base
         copy = self.scratch / f".grading-{uuid.uuid4().hex[:12]}"
 
         def make() -> BwrapSandbox:
             volume.make_volume(copy, self.limits.disk_mb, self.limits.inodes)
-            shutil.copytree(self.base, copy, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(base, copy, symlinks=True, dirs_exist_ok=True)
             hand_over(copy)
             return BwrapSandbox(copy, self.limits, python=self.python, scratch=self.scratch)
 

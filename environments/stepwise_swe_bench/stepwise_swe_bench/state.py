@@ -24,11 +24,11 @@ MAX_RECORDS = 400
 class Budget(BaseModel):
     """Step and time limits of a round and of the episode. A step is one tool call."""
 
-    max_steps_per_round: int = Field(40, ge=1)
-    max_steps: int = Field(120, ge=1)
-    round_timeout_s: float = Field(900.0, gt=0)
-    episode_timeout_s: float = Field(3600.0, gt=0)
-    tool_output_chars: int = Field(12_000, ge=200)
+    max_steps_per_round: int = Field(default=40, ge=1)
+    max_steps: int = Field(default=120, ge=1)
+    round_timeout_s: float = Field(default=900.0, gt=0)
+    episode_timeout_s: float = Field(default=3600.0, gt=0)
+    tool_output_chars: int = Field(default=12_000, ge=200)
     """Longest tool result the model sees (the middle of longer ones is cut)."""
 
 

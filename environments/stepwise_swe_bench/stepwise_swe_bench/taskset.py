@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import verifiers.v1 as vf
 from pydantic import Field
@@ -186,7 +187,7 @@ def task_data(instance: SweInstance) -> SweBenchTaskData:
     """The task row: the prompt the model sees and, for an instance with an image, the container
     (image, /testbed) with no network for the model's commands (verifiers' framework-only
     policy; local tasks get no network from the sandbox)."""
-    container = {"image": instance.image, "workdir": WORKDIR, "network_allow": []}
+    container: dict[str, Any] = {"image": instance.image, "workdir": WORKDIR, "network_allow": []}
     return SweBenchTaskData(
         id=instance.instance_id,
         name=instance.instance_id,

@@ -15,11 +15,13 @@ that fails answers with the reason instead of raising.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 import verifiers.v1 as vf
 
 from .box import open_sandbox
 from .output import CommandResult
+from .sandbox import Sandbox
 from .state import SweBenchState
 from .tools import ToolError, create_file, edit_file, run_command, view_path
 
@@ -34,7 +36,9 @@ SUBMITTED = (
 class SweToolset(vf.Toolset[vf.SharedToolsetConfig, SweBenchState]):
     TOOL_PREFIX = None  # advertised bare: bash, view, edit, create, submit
 
-    async def _call(self, tool: str, detail: str, action) -> str:
+    async def _call(
+        self, tool: str, detail: str, action: Callable[[Sandbox, int], Awaitable[tuple[str, CommandResult]]]
+    ) -> str:
         state = self.state
         if state.box is None:
             return "The repository is not ready; this call was not run."

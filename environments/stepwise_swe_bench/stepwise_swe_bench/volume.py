@@ -209,8 +209,8 @@ def _mount(image: Path, path: Path) -> None:
                     os.close(backing)
                 flags = _MS_NOSUID | _MS_NODEV | _MS_NOATIME
                 if _libc().mount(device.encode(), os.fsencode(path), b"ext4", flags, b"noinit_itable") != 0:
-                    error = ctypes.get_errno()
-                    raise OSError(error, f"mount {device} on {path}: {os.strerror(error)}")
+                    code = ctypes.get_errno()
+                    raise OSError(code, f"mount {device} on {path}: {os.strerror(code)}")
                 return
             finally:
                 os.close(loop)  # the mount holds the device; autoclear frees it at unmount
