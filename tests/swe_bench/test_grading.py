@@ -12,6 +12,7 @@ from stepwise_swe_bench.grading import feedback, grade, model_patch, round_rewar
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.sandbox import BwrapSandbox
+from stepwise_swe_bench.verdict import expected
 
 INSTANCES = {i.instance_id: i for i in load_instances()}
 
@@ -56,6 +57,10 @@ def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instanc
     sh(sandbox, "git apply -", stdin=instance.patch.encode())
     after = graded(instance, sandbox)
     assert (after.status, after.resolved) == ("RESOLVED_FULL", True)
+    # The gold run reports what the task records of it: every graded test passed, or XFAIL where
+    # tests.json's GOLD_XFAIL says so (none of the bundled tasks has an xfail-marked test).
+    graded_tests = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+    assert after.outcomes == {t: expected(t, instance.GOLD_XFAIL) for t in graded_tests}
     assert round_reward(after, "resolved") == round_reward(after, "partial") == 1.0
     # Grading ran on a copy: the model's repository holds only the fix, never the hidden tests.
     assert asyncio.run(model_patch(sandbox, instance.base_commit, timeout_s=60)).strip() == instance.patch.strip()

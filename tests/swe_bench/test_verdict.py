@@ -7,7 +7,7 @@ import json
 import pytest
 from stepwise_swe_bench import verdict_plugin
 from stepwise_swe_bench.instances import load_instances
-from stepwise_swe_bench.verdict import VERDICT_MARK, judge, make_plan, split_eval_script
+from stepwise_swe_bench.verdict import VERDICT_MARK, expected, judge, make_plan, split_eval_script
 
 IDS = ["tests/test_a.py::test_one", "tests/test_a.py::test_two[x-1]"]
 
@@ -47,6 +47,22 @@ def test_the_judge_takes_only_passed_and_flags_decoys_that_did_not_fail():
     assert why is not None and "(missing)" in why
     assert "2 reports" in judge(plan, report(honest) * 2)[1]
     assert "without the grader's report" in judge(plan, "PASSED tests/test_a.py::test_one")[1]
+
+
+
+def test_an_xfailed_decoy_is_honest_only_for_a_test_the_gold_run_reports_xfail():
+    """A test marked xfail that xfails under gold: its decoy's failure is reported as an xfail,
+    and its real copy's xfail is what the gold run shows. Anywhere else an xfail is no pass, and
+    an xfailed decoy (``pytest.xfail()`` from library code) is tampering."""
+    plan = make_plan(IDS, secret=b"k" * 32)
+    (real_one, real_two), (decoy_one, decoy_two) = plan.real_names(), plan.decoy_names()
+    marked = {real_one: "passed", real_two: "xfailed", decoy_one: "failed", decoy_two: "xfailed"}
+    assert judge(plan, report(marked), gold_xfail={IDS[1]}) == ({IDS[0]: "passed", IDS[1]: "xfailed"}, None)
+    assert expected(IDS[1], {IDS[1]}) == "xfailed" and expected(IDS[0], {IDS[1]}) == "passed"
+    _, why = judge(plan, report({**marked, decoy_one: "xfailed"}), gold_xfail={IDS[1]})
+    assert why is not None and IDS[0] in why and IDS[1] not in why
+    _, why = judge(plan, report({**marked, decoy_two: "xpassed"}), gold_xfail={IDS[1]})
+    assert why is not None and IDS[1] in why
 
 
 @pytest.mark.parametrize("value", [0, 7, 2.5, True, "", "ab", b"xy", [], [1, 2], (1,), {}, {"a": 1}, {1}, frozenset()])

@@ -36,7 +36,7 @@ from .instances import SweInstance
 from .machinery import check_change, needs_content, parse_raw_diff, top_level_name, top_level_names, touched_paths
 from .output import CommandResult, printable
 from .sandbox import Sandbox
-from .verdict import TestRun, judge, make_plan, split_eval_script
+from .verdict import TestRun, expected, judge, make_plan, split_eval_script
 
 __all__ = [
     "MAX_PATCH_BYTES",
@@ -100,6 +100,9 @@ class RoundGrade:
     """The test command's own exit status: its own sandbox call's (``verdict``), or as the eval
     script records it after the run (the script's exit code is its last step's, a
     ``git checkout``); None if the run never got there."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Each graded test's outcome as the grader's plugin reported its real copy (``passed``,
+    ``failed``, ``xfailed``, ...; ``verdict`` grading only)."""
     tampered: str | None = None
     """Why the test run's verdict cannot be trusted (a decoy did not fail, the grader's report
     is missing or doubled): the round scores 0."""
@@ -300,15 +303,15 @@ async def _grade_with_decoys(
     )
     if result.termination != "exit":
         return unparsed  # killed mid-run: what its log shows is not a verdict
-    outcomes, tampered = judge(plan, result.output)
+    gold_xfail = set(instance.GOLD_XFAIL)
+    outcomes, tampered = judge(plan, result.output, gold_xfail)
+    unparsed = dataclasses.replace(unparsed, outcomes=outcomes)
     if tampered is not None:
         return dataclasses.replace(unparsed, log_parsed=bool(outcomes), tampered=tampered)
 
     def split_by_outcome(tests: list[str]) -> dict[str, list[str]]:
-        return {
-            "success": [t for t in tests if outcomes[t] == "passed"],
-            "failure": [t for t in tests if outcomes[t] != "passed"],
-        }
+        passes = {t for t in tests if outcomes[t] == expected(t, gold_xfail)}
+        return {"success": [t for t in tests if t in passes], "failure": [t for t in tests if t not in passes]}
 
     status = {
         "FAIL_TO_PASS": split_by_outcome(instance.FAIL_TO_PASS),

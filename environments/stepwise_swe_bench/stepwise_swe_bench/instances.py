@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if TYPE_CHECKING:
     from swebench.types import TestSpec
@@ -57,6 +57,10 @@ class SweInstance(BaseModel):
     """The tests that grade the task (hidden)."""
     FAIL_TO_PASS: list[str] = Field(min_length=1)
     PASS_TO_PASS: list[str]
+    GOLD_XFAIL: list[str] = Field(default_factory=list)
+    """Graded tests that the gold patch's run reports XFAIL (recorded from that run, in the
+    task's ``tests.json`` or the row): only these pass as ``xfailed``, every other test only as
+    ``passed``. Hub rows have no such record, so none of their tests pass as xfailed."""
     eval_script: str
     """Bash script that applies ``test_patch``, runs the tests between swebench's markers and
     restores the test files; run in the repository at /testbed."""
@@ -70,11 +74,18 @@ class SweInstance(BaseModel):
     environment_setup_commit: str = ""
     image_assets: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", "GOLD_XFAIL", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         # The Hugging Face datasets store these lists as JSON strings.
         return json.loads(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _gold_xfail_graded(self) -> SweInstance:
+        stray = sorted(set(self.GOLD_XFAIL) - {*self.FAIL_TO_PASS, *self.PASS_TO_PASS})
+        if stray:
+            raise ValueError(f"GOLD_XFAIL names tests that are neither FAIL_TO_PASS nor PASS_TO_PASS: {stray}")
+        return self
 
     @field_validator("image", mode="before")
     @classmethod

@@ -13,9 +13,11 @@ held against the expected value and a perturbed one alike (``verdict_plugin``), 
 run reports it FAILED whether or not the fix is right. The plugin prints one structured line
 of outcomes; stdout is not parsed otherwise.
 
-A test counts as passing only when its real copy is ``passed`` (XFAIL is not a pass: no gold
-run is made to say where it would be). Any decoy whose outcome is not one an honest run gives
-(``_HONEST_DECOY``), a missing report or more than one means the verdict cannot be trusted: the
+A test counts as passing only when its real copy reports what the gold patch's run reports
+(``expected``): ``passed``, or ``xfailed`` for a test the instance's record of that run lists
+(``SweInstance.GOLD_XFAIL``). Any decoy whose outcome is not one an honest run gives
+(``_HONEST_DECOY``; and ``xfailed`` for those tests, whose xfail marker turns the decoy's failure
+into an xfail), a missing report or more than one means the verdict cannot be trusted: the
 round scores 0, the reason on ``RoundGrade.tampered``.
 """
 
@@ -27,10 +29,11 @@ import json
 import re
 import secrets
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BOOTSTRAP", "Plan", "TestRun", "judge", "make_plan", "split_eval_script"]
+__all__ = ["BOOTSTRAP", "Plan", "TestRun", "expected", "judge", "make_plan", "split_eval_script"]
 
 _PLUGIN = Path(__file__).with_name("verdict_plugin.py")
 VERDICT_MARK = "STEPWISE-VERDICT"
@@ -146,9 +149,15 @@ def make_plan(test_ids: list[str], secret: bytes | None = None) -> Plan:
     return Plan(tuple(tests))
 
 
-def judge(plan: Plan, output: str) -> tuple[dict[str, str], str | None]:
+def expected(test: str, gold_xfail: Collection[str]) -> str:
+    """The outcome that makes ``test`` a pass: the gold patch's run's (``passed`` unless the
+    instance records it as XFAIL there)."""
+    return "xfailed" if test in gold_xfail else "passed"
+
+
+def judge(plan: Plan, output: str, gold_xfail: Collection[str] = ()) -> tuple[dict[str, str], str | None]:
     """Each graded test's outcome (its real copy's; ``missing`` if not reported) and why the run
-    is not to be trusted, or None."""
+    is not to be trusted, or None. ``gold_xfail``: the tests the gold patch's run reports XFAIL."""
     reports = [line for line in output.splitlines() if line.startswith(f"{VERDICT_MARK} ")]
     if not reports:
         return {}, "the test run ended without the grader's report of its tests"
@@ -162,7 +171,12 @@ def judge(plan: Plan, output: str) -> tuple[dict[str, str], str | None]:
         return {}, "the test run's verdict report is not readable"
     tests = {test: str(outcomes.get(name, "missing")) for name, test in plan.real_names().items()}
     decoys = {test: str(outcomes.get(name, "missing")) for name, test in plan.decoy_names().items()}
-    wrong = sorted(f"{test} ({outcome})" for test, outcome in decoys.items() if outcome not in _HONEST_DECOY)
+    # A test that xfails under gold is marked so: its decoy's failure is reported as an xfail.
+    wrong = sorted(
+        f"{test} ({outcome})"
+        for test, outcome in decoys.items()
+        if outcome not in _HONEST_DECOY and not (outcome == "xfailed" and test in gold_xfail)
+    )
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
         return tests, (
