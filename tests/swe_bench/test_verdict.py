@@ -49,7 +49,6 @@ def test_the_judge_takes_only_passed_and_flags_decoys_that_did_not_fail():
     assert "without the grader's report" in judge(plan, "PASSED tests/test_a.py::test_one")[1]
 
 
-
 def test_an_xfailed_decoy_is_honest_only_for_a_test_the_gold_run_reports_xfail():
     """A test marked xfail that xfails under gold: its decoy's failure is reported as an xfail,
     and its real copy's xfail is what the gold run shows. Anywhere else an xfail is no pass, and
