@@ -29,9 +29,8 @@ import pytest
 import verifiers.v1 as vf
 from packaging.version import Version
 from torchtitan.experiments.rl.renderer import RendererConfig
-from torchtitan.experiments.rl.types import Completion
 
-from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens
+from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens, planned_completion
 from tests.hosts.torchtitan_main import child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
 from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
@@ -106,16 +105,7 @@ def scripted(tokenizer_path, plans):
 
     async def generate(prompt_token_ids, *, request_id, group_id, routing_session_id=None, sampling_config=None):
         generate.calls.append((group_id, routing_session_id, sampling_config.seed))
-        k = tokenizer.decode(prompt_token_ids).count("<|im_start|>assistant") - 1
-        tokens = tokenizer.encode(plans[sampling_config.seed][k], add_special_tokens=False) + [stop]
-        return Completion(
-            min_policy_version=5,
-            max_policy_version=6,
-            request_id=request_id,
-            token_ids=tokens,
-            token_logprobs=[-0.125 * (1 + i % 3) for i in range(len(tokens))],
-            finish_reason="stop",
-        )
+        return planned_completion(tokenizer, stop, plans[sampling_config.seed], prompt_token_ids, request_id)
 
     generate.calls = []
     return generate

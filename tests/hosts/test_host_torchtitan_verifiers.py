@@ -65,19 +65,24 @@ def scripted(renderer, plans: dict[int, list[str]]):
 
     async def generate(prompt_token_ids, *, request_id, routing_session_id=None, sampling_config=None):
         generate.calls.append((request_id, routing_session_id, sampling_config))
-        k = tokenizer.decode(prompt_token_ids).count("<|im_start|>assistant") - 1
-        tokens = tokenizer.encode(plans[sampling_config.seed][k], add_special_tokens=False) + [stop]
-        return Completion(
-            min_policy_version=5,
-            max_policy_version=6,
-            request_id=request_id,
-            token_ids=tokens,
-            token_logprobs=[-0.125 * (1 + i % 3) for i in range(len(tokens))],
-            finish_reason="stop",
-        )
+        return planned_completion(tokenizer, stop, plans[sampling_config.seed], prompt_token_ids, request_id)
 
     generate.calls = []
     return generate
+
+
+def planned_completion(tokenizer, stop: int, plan: list[str], prompt_token_ids, request_id) -> Completion:
+    """The k-th reply of ``plan`` for a prompt holding k earlier assistant turns, as a Completion."""
+    k = tokenizer.decode(prompt_token_ids).count("<|im_start|>assistant") - 1
+    tokens = tokenizer.encode(plan[k], add_special_tokens=False) + [stop]
+    return Completion(
+        min_policy_version=5,
+        max_policy_version=6,
+        request_id=request_id,
+        token_ids=tokens,
+        token_logprobs=[-0.125 * (1 + i % 3) for i in range(len(tokens))],
+        finish_reason="stop",
+    )
 
 
 def run_group(rollouter, renderer, plans, sample):
