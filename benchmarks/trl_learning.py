@@ -3,12 +3,14 @@
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning           # 4 methods × 3 seeds × 30 steps
     python benchmarks/trl_learning.py --out /tmp/trl_small --steps 2 --seeds 0 --methods grpo
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_long --b-range 10 59 --max-turns 5
+    python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_closeness --scoring closeness
 
 Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
 linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
 a in ``--a-range`` and b in ``--b-range``, by default a two-digit a and one-digit b, a
-too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries), in the ``text``
-format. Methods (registered estimators, same start — the adapter starts as a no-op, so every run
+too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries; ``--scoring``
+``closeness`` scores each answer's closeness, so turn rewards differ within an episode), in the
+``text`` format. Methods (registered estimators, same start — the adapter starts as a no-op, so every run
 starts from the base model — same seeds, same episodes per step): ``grpo`` (trajectory level),
 ``stepwise`` (the default: γ 1, absorbing baseline, mean-only), ``turn_credit`` and ``kevin``
 (``stepwise`` with Kevin's γ 0.4, pooled baseline, std scaling).
@@ -55,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--a-range", nargs=2, type=int, default=[10, 59], help="the first addend's lowest, highest")
     parser.add_argument("--b-range", nargs=2, type=int, default=[1, 9], help="the second addend's lowest, highest")
+    parser.add_argument("--scoring", choices=["solved", "closeness"], default="solved", help="the env's turn scoring")
     parser.add_argument("--held-out", type=int, default=90, help="held-out test sums evaluated, evenly spaced")
     parser.add_argument("--before-samples", type=int, default=3, help="episodes per held-out task, untrained")
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
@@ -68,20 +71,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def env_config(args: argparse.Namespace, split: str) -> dict:
     ranges = {"a_range": args.a_range, "b_range": args.b_range}
     taskset = {"id": "stepwise-sums", "split": split, "shots": args.shots, **ranges}
-    return {"taskset": taskset, "max_turns": args.max_turns}
+    return {"taskset": taskset, "max_turns": args.max_turns, "scoring": args.scoring}
 
 
 def outcome(episodes: list) -> dict:
     """Success (last answer right) and first-turn success over episodes, with the count."""
-    from verifiers_stepwise.traces.turns import read_turns
-
     solved, first = [], []
     for episode in episodes:
         (trace,) = [t for t in episode.traces if t.agent.trainable]
-        turns = read_turns(trace)
-        rewards = turns.rewards if turns is not None else []
-        solved.append(float(bool(rewards) and rewards[-1] == 1.0))
-        first.append(float(bool(rewards) and rewards[0] == 1.0))
+        # a turn's recorded value, reward or score, is 1 exactly when its answer is right
+        right = [value == 1.0 for value in trace.info.get("turn_scores", trace.info.get("turn_rewards", []))]
+        solved.append(float(bool(right) and right[-1]))
+        first.append(float(bool(right) and right[0]))
     return {"success": sum(solved) / len(solved), "first_turn": sum(first) / len(first), "episodes": len(episodes)}
 
 
@@ -214,7 +215,8 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
         f"`{command}` — {len(args.methods)} methods × {len(args.seeds)} seeds × {args.steps} steps, {episodes} "
         f"episodes per step, up to {args.max_turns} turns; wall {wall / 60:.1f} min",
         "",
-        f"Sums a + b, a in {args.a_range[0]}–{args.a_range[1]}, b in {args.b_range[0]}–{args.b_range[1]}. "
+        f"Sums a + b, a in {args.a_range[0]}–{args.a_range[1]}, b in {args.b_range[0]}–{args.b_range[1]}, "
+        f"turns scored by {args.scoring}. "
         f"Held-out ({args.held_out} test sums, temperature {args.temperature}), untrained: "
         f"success {before['success']:.3f}, "
         f"first turn {before['first_turn']:.3f} ({before['episodes']} episodes).",

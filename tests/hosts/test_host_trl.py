@@ -468,7 +468,7 @@ def test_the_learning_benchmark_runs_end_to_end(model_dir, tmp_path):
     out = tmp_path / "bench"
     trl_learning.main(
         ["--out", str(out), "--steps", "1", "--seeds", "0", "--methods", "grpo", "kevin", "--held-out", "2",
-         "--before-samples", "1", "--model", str(model_dir)]
+         "--before-samples", "1", "--model", str(model_dir), "--scoring", "closeness"]
     )  # fmt: skip
     result = json.loads((out / "results.json").read_text())
     assert [(r["method"], len(r["steps"]), r["after"]["episodes"]) for r in result["runs"]] == [

@@ -7,7 +7,7 @@ import re
 import pytest
 import verifiers.v1 as vf
 from stepwise_sums import SumsEnv
-from stepwise_sums.sums import HEADER, answer_of, split_pairs
+from stepwise_sums.sums import HEADER, answer_of, closeness, split_pairs
 
 from verifiers_stepwise import available_environments
 from verifiers_stepwise.testing.episodes import run_groups
@@ -121,3 +121,43 @@ def test_vf_eval_runs_it_and_hedges_earn_nothing(tmp_path):
     by_turns = sorted((len(read_turns(e.traces[0]).rewards), e.traces[0].reward) for e in run.episodes)
     # per task: right at once, right at turn 2, right at turn 3; the hedger and the wordy one fail
     assert by_turns == sorted([(1, 1.0), (2, 1.0), (3, 0.0), (3, 0.0), (3, 1.0)] * 2)
+
+
+def test_closeness_is_one_only_when_right_and_at_most_half_otherwise():
+    assert closeness(12, 12) == 1.0 and closeness(None, 12) == 0.0
+    assert closeness(13, 12) == closeness(11, 12) == pytest.approx(0.45)
+    assert closeness(22, 12) == closeness(-50, 12) == 0.0
+    assert max(closeness(g, 40) for g in range(-100, 200) if g != 40) == pytest.approx(0.45)
+
+
+def closeness_rewards(episodes) -> list[list[float]]:
+    return sorted([read_turns(e.traces[0]).rewards for e in episodes], key=lambda r: (len(r), r))
+
+
+# Per plan (PLANS): right at once; off by 1 then right; a hedge, a decimal, a list (each read as
+# its first integer or none); no number; off by -3, by 2, then right.
+CLOSENESS_REWARDS = [[1.0], [0.45, 0.55], [0.0, 0.0, 0.0], [0.35, 0.05, 0.6], [0.45, -0.45, 0.45]]
+
+
+async def test_closeness_scores_each_answer_and_rewards_what_a_turn_improved():
+    with ModelServer(scripted({"Sums.": PLANS})) as server:
+        (group,) = await run_groups(
+            {"taskset": {"id": "stepwise-sums"}, "scoring": "closeness"},
+            vf.EvalClientConfig(base_url=server.base_url, api_key_var=KEY_VAR),
+            rollouts=5,
+            limit=1,
+        )
+    assert all("turn_rewards" not in e.traces[0].info for e in group)  # recorded as scores
+    assert closeness_rewards(group) == [pytest.approx(r) for r in sorted(CLOSENESS_REWARDS, key=lambda r: (len(r), r))]
+    # an episode's rewards sum to its last answer's score: no hedge or detour out-earns the answer
+    assert sorted(e.traces[0].reward for e in group) == [0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_vf_eval_runs_closeness_and_hedges_earn_no_more_than_their_first_number(tmp_path):
+    with ModelServer(scripted({"Sums.": PLANS})) as server:
+        run = run_vf_eval(["stepwise-sums", "-n", "1", "-r", "5", "--env.scoring", "closeness"], server.base_url,
+                          output_dir=tmp_path, env={"HOME": str(tmp_path)})  # fmt: skip
+    assert len(run.episodes) == 5 and all(e.traces[0].ok for e in run.episodes)
+    expected = sorted(CLOSENESS_REWARDS, key=lambda r: (len(r), r))
+    assert closeness_rewards(run.episodes) == [pytest.approx(r) for r in expected]

@@ -21,6 +21,12 @@ turn reward 1 and ends the episode; a wrong one earns 0 and the user answers ``t
 =`` (or ``too low.``, or ``no number.``) and the model tries again. The episode's reward is
 1 when its last answer is right. The shots are drawn per task from the training pairs with the
 task's own seed, so a task's prompt is the same in every run.
+
+With ``scoring="closeness"`` a turn records a score instead, φ = 1 for the right answer,
+``CLOSENESS_WEIGHT · max(0, 1 − |guess − answer| / CLOSENESS_SPAN)`` for a wrong one and 0 for
+no number, read as rewards by differences (``TurnResult.score``): a turn earns what it moved
+toward the answer, so turn rewards differ within an episode, an unsolved episode that closes in
+earns more than one that wanders, and an episode's turn rewards sum to its last answer's score.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterator
+from typing import Literal
 
 import verifiers.v1 as vf
 from pydantic import Field, ValidationInfo, field_validator
@@ -35,10 +42,21 @@ from pydantic import Field, ValidationInfo, field_validator
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.envs.tasksets import CountedTake
 
-__all__ = ["SumsConfig", "SumsData", "SumsEnv", "SumsTask", "SumsTaskset", "SumsTasksetConfig", "answer_of"]
+__all__ = [
+    "SumsConfig",
+    "SumsData",
+    "SumsEnv",
+    "SumsTask",
+    "SumsTaskset",
+    "SumsTasksetConfig",
+    "answer_of",
+    "closeness",
+]
 
 HEADER = "Sums. A wrong answer gets a hint, then another try.\n"
 A_RANGE, B_RANGE = (10, 59), (1, 9)
+CLOSENESS_WEIGHT, CLOSENESS_SPAN = 0.5, 10
+"""A wrong answer scores at most half a right one, and nothing from ``CLOSENESS_SPAN`` away."""
 _FIRST_NUMBER = re.compile(r"\s*(-?\d+)(?!\.?\d)")
 
 
@@ -46,6 +64,15 @@ def answer_of(reply: str | None) -> int | None:
     """The integer a reply opens with (after spaces; ``41.`` is 41, ``41.5`` none), or None."""
     match = _FIRST_NUMBER.match(reply or "")
     return int(match.group(1)) if match else None
+
+
+def closeness(guess: int | None, answer: int) -> float:
+    """The score φ of a guess (module docstring): 1 when right, less the farther it is, 0 for none."""
+    if guess is None:
+        return 0.0
+    if guess == answer:
+        return 1.0
+    return CLOSENESS_WEIGHT * max(0.0, 1.0 - abs(guess - answer) / CLOSENESS_SPAN)
 
 
 def hint(guess: int | None, answer: int) -> str:
@@ -128,6 +155,9 @@ class SumsTaskset(CountedTake, vf.Taskset[SumsTask, SumsTasksetConfig]):
 
 class SumsConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(3, ge=1)
+    scoring: Literal["solved", "closeness"] = "solved"
+    """``solved``: a turn's reward is 1 when right, else 0 (``turn_rewards``). ``closeness``: a
+    turn's score is its answer's closeness (``turn_scores``, module docstring)."""
 
 
 class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):
@@ -137,6 +167,8 @@ class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):
         data = task.data
         assert isinstance(data, SumsData)  # this env's tasks are SumsTasks
         guess = answer_of(turn.reply)
-        if guess == data.answer:
-            return TurnResult(reward=1.0)
-        return TurnResult(reward=0.0, message=f"{hint(guess, data.answer)} {question(data.a, data.b)}")
+        right = guess == data.answer
+        message = None if right else f"{hint(guess, data.answer)} {question(data.a, data.b)}"
+        if self.config.scoring == "closeness":
+            return TurnResult(score=closeness(guess, data.answer), message=message)
+        return TurnResult(reward=float(right), message=message)
