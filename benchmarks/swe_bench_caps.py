@@ -39,8 +39,8 @@ class _NoCap:
         return argv
 
 
-async def _no_guards(self, limits) -> list:
-    return []
+async def _no_guards(self, limits) -> tuple[list, None]:
+    return [], None
 
 
 DEFENSES = ("keyring", "read-only", "cpu", "open-files")
@@ -73,8 +73,9 @@ def config(name: str) -> Iterator[None]:
         with command(self, *args, **kwargs) as cmd:
             yield sandbox.BwrapCommand(_without(cmd.argv, off), cmd.fds)
 
-    async def guards_without(self, limits) -> list:
-        return [g for g in await guards(self, limits) if not isinstance(g, openfiles.OpenFiles)]
+    async def guards_without(self, limits) -> tuple[list, int | None]:
+        kept, file_bytes = await guards(self, limits)
+        return [g for g in kept if not isinstance(g, openfiles.OpenFiles)], file_bytes
 
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context

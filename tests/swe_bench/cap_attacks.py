@@ -13,8 +13,17 @@ import os
 from pathlib import Path
 
 MIB = 1024 * 1024
+FALLOCATE = (
+    "python3 -c 'import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]\n"
+    'fd = os.open("big", os.O_CREAT | os.O_WRONLY)\n'
+    "done = libc.fallocate(fd, {mode}, 0, 200 * 1024 * 1024)\n"
+    'print(done, os.strerror(ctypes.get_errno()) if done else "allocated")\'; echo rc=$?'
+)
+"""200 MiB in one ``fallocate`` call (``mode``: its flags), then exit."""
 CAPS = {"disk_mb": 64, "inodes": 2048, "episode_memory_mb": 256, "episode_open_files": 4096}
-# name -> command; every one of them goes past a cap.
+# name -> command; every one of them goes past a cap, or opens a way past one.
 ATTACKS = {
     # 1 GiB in five files, each under the 256 MiB per-file limit.
     "disk": "for i in 1 2 3 4 5; do dd if=/dev/zero of=fill$i bs=1M count=205 status=none; echo rc=$?; done",
@@ -38,7 +47,23 @@ ATTACKS = {
     ),
     # Space the tree does not show: a file deleted while a process keeps writing it.
     "deleted_file": "exec 3> hidden; rm hidden; for i in 1 2 3 4 5; do head -c 200M /dev/zero >&3; done; echo wrote",
+    # 200 MiB in one system call, then exit: done within microseconds of the interpreter's start,
+    # faster than any sampling, and under the 256 MiB per-file limit.
+    "one_call": FALLOCATE.format(mode=0),
+    # The same past the file's end (FALLOC_FL_KEEP_SIZE): blocks no file-size limit counts.
+    "keep_size": FALLOCATE.format(mode=1),
+    # 200 MiB written to one file at the page cache's speed (under the 256 MiB per-file limit).
+    "one_file": "head -c 200M /dev/zero > big; echo rc=$?",
+    # io_uring's operations (a fallocate among them) are no system calls the filter sees.
+    "io_uring": (
+        "python3 -c 'import ctypes, os\n"
+        "params = ctypes.create_string_buffer(120)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        'print("io_uring_setup", libc.syscall(425, 4, params), os.strerror(ctypes.get_errno()))\''
+    ),
 }
+FAST_WRITERS = ("one_call", "keep_size", "one_file", "io_uring")
+"""The attacks on the disk cap that a watcher's sampling cannot stop in time (#23)."""
 
 SPINNERS = """python3 -c '
 import os, time
@@ -98,7 +123,9 @@ async def attack(workdir: Path, name: str, python: Path | None = None) -> dict:
             if (cgroup / "memory.max_usage_in_bytes").exists()
             else 0
         )
-    after = await sandbox.run("rm -f fill* e*; echo x > after.txt && cat hello.txt after.txt")
+    # Two commands: as an ordinary user, one that starts at the cap may remove files but write none.
+    await sandbox.run("rm -f fill* e* big")
+    after = await sandbox.run("echo x > after.txt && cat hello.txt after.txt")
     image = repo.parent / f".{repo.name}.img"
     image_bytes = image.stat().st_blocks * 512 if image.exists() else 0
     remove_tree(repo)

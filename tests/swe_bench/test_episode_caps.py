@@ -21,7 +21,7 @@ from stepwise_swe_bench.limits import SandboxLimits
 from stepwise_swe_bench.memory import CgroupMemory, Hierarchy, TreeMemory, find_hierarchy
 from stepwise_swe_bench.volume import make_volume
 
-from .cap_attacks import ATTACKS, CAPS, MIB, SPINNERS, leftovers, play
+from .cap_attacks import ATTACKS, CAPS, FAST_WRITERS, MIB, SPINNERS, leftovers, play
 
 NOBODY = 65534
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,20 +37,28 @@ def check(results: dict[str, dict], kernel: bool) -> None:
         assert (result["volume"], result["cgroup"]) == (kernel, kernel), name
         assert result["after"] == "hello\nx\n", (name, result["after"])  # usable again
         assert result["leftovers"] == [], (name, result["leftovers"])
-    disk, inodes, held = results["disk"], results["inodes"], results["deleted_file"]
+    check_writers(results, kernel)
+    disk, inodes, held, one_file = (results[name] for name in ("disk", "inodes", "deleted_file", "one_file"))
+    cap = CAPS["disk_mb"] * MIB
     if kernel:
-        for result in (disk, inodes):
+        for result in (disk, inodes, one_file):
             assert "No space left on device" in result["described"]
             assert f"[{DISK_WORDS} is reached: remove files to write more]" in result["described"]
-        assert disk["used_bytes"] <= CAPS["disk_mb"] * MIB and disk["image_bytes"] <= CAPS["disk_mb"] * MIB
+        assert disk["used_bytes"] <= cap and disk["image_bytes"] <= cap
         assert inodes["used_inodes"] <= CAPS["inodes"]
-        assert "No space left on device" in held["described"] and held["image_bytes"] <= CAPS["disk_mb"] * MIB
+        assert "No space left on device" in held["described"] and held["image_bytes"] <= cap
     else:
-        for result in (disk, inodes, held):
-            assert result["termination"] == "disk_limit", result
-            assert f"[killed: {DISK_WORDS}]" in result["described"]
-        # Stopped within the watcher's bound, far short of the attack's 1 GiB / 5,000 files.
-        assert disk["used_bytes"] < CAPS["disk_mb"] * MIB + 400 * MIB, disk["used_bytes"]
+        # The kernel stops each file at what was left under the cap when the command started
+        # (RLIMIT_FSIZE): one file, even one deleted but held open, never takes the tree past
+        # it; the five files of the disk attack take it to five times the cap at most.
+        for result in (held, disk):
+            assert "File size limit exceeded" in result["described"], result
+        assert held["termination"] == "exit"
+        assert disk["used_bytes"] <= 5 * cap, disk["used_bytes"]
+        assert DISK_WORDS in disk["described"]  # killed, or noted on its result at its end
+        # The count of files has no kernel bound here: the watcher stops it.
+        assert inodes["termination"] == "disk_limit", inodes
+        assert f"[killed: {DISK_WORDS}]" in inodes["described"]
         assert inodes["used_inodes"] < CAPS["inodes"] + 3000, inodes["used_inodes"]
     mem = results["memory"]
     assert mem["termination"] == "memory_limit" and mem["cap"] == MEMORY_WORDS.removeprefix("killed: ")
@@ -62,6 +70,23 @@ def check(results: dict[str, dict], kernel: bool) -> None:
     assert opened["termination"] == "files_limit" and opened["cap"] == FILES_WORDS, opened
     assert f"[killed: {FILES_WORDS}]" in opened["described"] and "survived" not in opened["described"]
     assert opened["duration_s"] < 5  # not the 10 s it would hold them
+
+
+def check_writers(results: dict[str, dict], kernel: bool) -> None:
+    """The fast writers (``FAST_WRITERS``) leave at most the cap in the tree, in either mode:
+    allocation in one call and io_uring (whose operations the filter would not see) are
+    refused, a file written past the cap stops there (the volume is full, or the file-size
+    limit is what was left under the cap) and the result says the cap is reached."""
+    cap = CAPS["disk_mb"] * MIB
+    for name in FAST_WRITERS:
+        assert results[name]["used_bytes"] <= cap, (name, results[name])
+    for name in ("one_call", "keep_size"):
+        assert "-1 Operation not supported" in results[name]["described"], results[name]
+    assert "io_uring_setup -1 Function not implemented" in results["io_uring"]["described"]
+    one_file = results["one_file"]
+    assert ("No space left on device" if kernel else "File size limit exceeded") in one_file["described"]
+    assert f"[{DISK_WORDS} is reached: remove files to write more]" in one_file["described"]
+    assert one_file["termination"] == "exit", one_file
 
 
 def test_caps_hold_in_this_processes_mode(tmp_path: Path):
@@ -76,7 +101,22 @@ def test_caps_hold_in_this_processes_mode(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.skipif(not ROOT, reason="the suite already runs as an ordinary user (the test above)")
 def test_caps_hold_as_an_ordinary_user():
-    """As nobody: bubblewrap in a user namespace, no mount, no writable cgroup: the watchers."""
+    """As nobody: bubblewrap in a user namespace, no mount, no writable cgroup: the watchers
+    and the file-size limit."""
+    check(as_nobody(list(ATTACKS)), kernel=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT, reason="the suite already runs as an ordinary user (the test above)")
+def test_a_fast_writer_stops_at_the_cap_as_an_ordinary_user():
+    """#23: a writer that goes past the cap and exits before the watcher's first sample (one
+    ``fallocate`` call) or between two samples left its bytes in the tree; each now stops at
+    the cap whatever the timing."""
+    check_writers(as_nobody(list(FAST_WRITERS)), kernel=False)
+
+
+def as_nobody(names: list[str]) -> dict[str, dict]:
+    """The results of the attacks ``names`` run as nobody (``cap_attacks.as_ordinary_user``)."""
     root = Path(tempfile.mkdtemp(dir="/tmp"))
     os.chmod(root, 0o755)
     os.chown(root, NOBODY, NOBODY)
@@ -89,11 +129,11 @@ def test_caps_hold_as_an_ordinary_user():
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
         child = subprocess.run(
-            [sys.executable, "-c", script, str(root), *ATTACKS],
+            [sys.executable, "-c", script, str(root), *names],
             capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env,
         )  # fmt: skip
         assert child.returncode == 0, child.stderr[-3000:]
-        check(json.loads(child.stdout), kernel=False)
+        return json.loads(child.stdout)
     finally:
         subprocess.run(["rm", "-rf", str(root)], check=True)
 

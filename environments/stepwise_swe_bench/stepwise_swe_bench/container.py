@@ -94,6 +94,7 @@ class RuntimeSandbox:
         stdin: bytes | None = None,
         timeout_s: float | None = None,
         kept_bytes: int | None = None,
+        scratch_only: bool = False,  # the container's file-size limit does not follow the disk cap
     ) -> CommandResult:
         return await self._run(
             command,

@@ -174,6 +174,7 @@ async def model_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float) -
         "|| { echo; cat /tmp/vf-err; exit 1; }",
         kept_bytes=MAX_PATCH_BYTES,
         timeout_s=timeout_s,
+        scratch_only=True,  # its index and objects go to /tmp: a full repository is read too
     )
     if result.exit_code != 0 or result.termination != "exit":
         raise PatchError(f"git could not read the repository's changes: {printable(result.describe())[-500:]}")

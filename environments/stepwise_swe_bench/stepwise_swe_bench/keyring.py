@@ -12,7 +12,12 @@ tests in a key that a later rollout, or a later eval, reads. Two layers:
   its compatibility ABIs (i386 and x32 on x86_64, arm on aarch64: ``int 0x80`` is no way around
   it). Everything else is allowed. bubblewrap installs it (``--seccomp FD``) right before it execs
   the command, after ``no_new_privs``, so every process of the command inherits it and none can
-  remove it.
+  remove it. The same filter keeps the disk cap's file-size limit (RLIMIT_FSIZE, ``volume``)
+  the only fast way to allocate: ``fallocate`` fails with EOPNOTSUPP, as on a file system
+  without it (glibc's ``posix_fallocate`` then writes a byte per block): it allocates ~1 TB/s
+  here, so a watcher's 50 ms between samples would be the host's whole disk, and its
+  ``KEEP_SIZE`` and ``INSERT_RANGE`` modes are not checked against RLIMIT_FSIZE at all.
+  ``io_uring_setup`` fails with ENOSYS (no ring: its operations bypass seccomp).
 - ``fresh_session_keyring``: the thread that starts a sandbox joins a new, empty, anonymous
   session keyring first (``KEYCTL_JOIN_SESSION_KEYRING``; the kernel keeps it per thread), so the
   command inherits a keyring that holds nothing and that no other command and not the host
@@ -70,6 +75,8 @@ def filter_program() -> bytes:
         program.add_arch(getattr(seccomp.Arch, abi))
     for name in REFUSED:
         program.add_rule(seccomp.ERRNO(1), name)  # EPERM
+    program.add_rule(seccomp.ERRNO(errno.EOPNOTSUPP), "fallocate")
+    program.add_rule(seccomp.ERRNO(errno.ENOSYS), "io_uring_setup")
     out = os.memfd_create("stepwise-swe-bench-seccomp")
     try:
         with open(out, "rb", closefd=False) as file:

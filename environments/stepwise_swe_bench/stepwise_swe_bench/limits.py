@@ -79,14 +79,16 @@ def grading_limits(limits: SandboxLimits, timeout_s: float) -> SandboxLimits:
     return limits.model_copy(update={"cpu_s": max(limits.cpu_s, math.ceil(timeout_s))})
 
 
-def shell_prelude(limits: SandboxLimits) -> str:
+def shell_prelude(limits: SandboxLimits, file_bytes: int | None = None) -> str:
     """What bash runs before every command: enter the directory given as ``$2`` (given back its
     owner's permissions first: an earlier ``chmod 000 .`` must not lock every later command
-    out), then set the limits. ``ulimit`` units (bash, non-POSIX mode): -t seconds, -v and -f
-    KiB, -u and -n counts. Core dumps are disabled. Exits 125 if either step fails."""
+    out), then set the limits; files of at most ``file_bytes`` where that is less than
+    ``file_size_mb`` (rounded down to KiB). ``ulimit`` units (bash, non-POSIX mode): -t seconds,
+    -v and -f KiB, -u and -n counts. Core dumps are disabled. Exits 125 if either step fails."""
+    file_kib = limits.file_size_mb * 1024 if file_bytes is None else min(limits.file_size_mb * 1024, file_bytes // 1024)
     return (
         'chmod u+rwx -- "$2" 2>/dev/null; cd -- "$2" || exit 125; '
         f"ulimit -H -S -c 0 -t {limits.cpu_s} -v {limits.memory_mb * 1024} "
-        f"-f {limits.file_size_mb * 1024} -u {limits.processes} -n {limits.open_files} "
+        f"-f {file_kib} -u {limits.processes} -n {limits.open_files} "
         "|| exit 125"
     )

@@ -118,8 +118,11 @@ class Sandbox(Protocol):
         stdin: bytes | None = None,
         timeout_s: float | None = None,
         kept_bytes: int | None = None,
+        scratch_only: bool = False,
     ) -> CommandResult:
-        """Run a bash command in ``workdir``; the limits' defaults unless overridden."""
+        """Run a bash command in ``workdir``; the limits' defaults unless overridden.
+        ``scratch_only``: a trusted command that writes ``/tmp`` only, never the repository (the
+        diff reader), so a full repository leaves it the whole per-file limit."""
         ...
 
     async def evaluate(
@@ -377,14 +380,15 @@ class BwrapSandbox:
             "--uid", str(USERNS_ID), "--gid", str(USERNS_ID),
         ]  # fmt: skip
 
-    def _inner(self, command: str, chdir: str, limits: SandboxLimits) -> list[str]:
-        """bash with the limits applied, in ``chdir``, then ``command``; as root, after
-        dropping to the repository's uid (so the directory is entered as its owner)."""
+    def _inner(self, command: str, chdir: str, limits: SandboxLimits, file_bytes: int | None) -> list[str]:
+        """bash with the limits applied (files of at most ``file_bytes``, if given), in
+        ``chdir``, then ``command``; as root, after dropping to the repository's uid (so the
+        directory is entered as its owner)."""
         drop = [
             _SETPRIV, f"--reuid={self.uid}", f"--regid={self.gid}",
             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
         ]  # fmt: skip
-        shell = ["/bin/bash", "-c", f'{shell_prelude(limits)}; exec /bin/bash -c "$1"']
+        shell = ["/bin/bash", "-c", f'{shell_prelude(limits, file_bytes)}; exec /bin/bash -c "$1"']
         return [*(drop if self.privileged else []), *shell, "sandbox", command, chdir]
 
     def _identity_files(self) -> dict[str, bytes]:
@@ -403,10 +407,11 @@ class BwrapSandbox:
         files: Mapping[str, bytes] | None = None,
         chdir: str = WORKDIR,
         limits: SandboxLimits | None = None,
+        file_bytes: int | None = None,
     ) -> Iterator[BwrapCommand]:
         """The full command line for ``command`` with ``binds`` and read-only data ``files``
         (path inside -> content, passed through memfds that are closed on exit), under
-        ``limits`` (default: the sandbox's)."""
+        ``limits`` (default: the sandbox's), its files of at most ``file_bytes`` (if given)."""
         limits = limits or self.limits
         fds: list[int] = []
         try:
@@ -442,7 +447,7 @@ class BwrapSandbox:
             argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
             argv += ["--chdir", "/", "--clearenv", "--setenv", "PATH", self._path]
             argv += [a for key, value in _ENV.items() for a in ("--setenv", key, value)]
-            yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits)], fds)
+            yield BwrapCommand([*argv, "--", *self._inner(command, chdir, limits, file_bytes)], fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -488,10 +493,11 @@ class BwrapSandbox:
         kept_bytes: int | None = None,
         label: str | None = None,
         limits: SandboxLimits | None = None,
+        scratch_only: bool = False,
     ) -> CommandResult:
         limits = limits or self.limits
-        guards = await self._guards(limits)
-        with self.command(command, binds, files, limits=limits) as cmd:
+        guards, room = await self._guards(limits)
+        with self.command(command, binds, files, limits=limits, file_bytes=None if scratch_only else room) as cmd:
             # run_process creates the process before it first awaits: nothing else can run in
             # this thread between the two, so the keyring is this command's alone.
             keyring.fresh_session_keyring()
@@ -508,16 +514,17 @@ class BwrapSandbox:
                 guards=guards,
             )
 
-    async def _guards(self, limits: SandboxLimits) -> list[Guard]:
+    async def _guards(self, limits: SandboxLimits) -> tuple[list[Guard], int | None]:
         """The episode caps over one command: memory (the cgroup's OOM kills, or the process
         tree's resident sets), disk (the repository's volume, or a walk of its tree) and open
-        files (of the cgroup's processes, or of the tree's)."""
+        files (of the cgroup's processes, or of the tree's); and the command's file-size limit
+        that goes with the disk cap (None: the volume's size bounds it)."""
         if os.path.ismount(self.repo):
-            disk: Guard = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
+            disk: volume.VolumeGuard | volume.TreeWatch = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
         else:
             disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
         procs = self.memory.path / "cgroup.procs" if isinstance(self.memory, memory.CgroupMemory) else None
-        return [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)]
+        return [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)], disk.room
 
     async def run(
         self,
@@ -526,9 +533,12 @@ class BwrapSandbox:
         stdin: bytes | None = None,
         timeout_s: float | None = None,
         kept_bytes: int | None = None,
+        scratch_only: bool = False,
     ) -> CommandResult:
         binds = [Bind(self.repo, WORKDIR, writable=True)]
-        return await self._run(command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes)
+        return await self._run(
+            command, binds, stdin=stdin, timeout_s=timeout_s, kept_bytes=kept_bytes, scratch_only=scratch_only
+        )
 
     async def evaluate(
         self, script: str, *, timeout_s: float, kept_bytes: int, stdin: bytes | None = None

@@ -281,6 +281,8 @@ class VolumeGuard:
 
     blocking = False
     interval_s: float | None = None
+    room: int | None = None
+    """No file-size bound of its own: the volume's size is the bound."""
 
     def __init__(self, path: Path, disk_mb: int, inodes: int) -> None:
         self.path, self.disk_mb, self.inodes = path, disk_mb, inodes
@@ -370,6 +372,9 @@ class TreeWatch:
         self.path, self.disk_mb, self.inodes = path, disk_mb, inodes
         self.before = tree_usage(path)
         """Bytes and inodes when the command started."""
+        self.room: int | None = max(0, disk_mb * MIB - self.before[0])
+        """What is left under the byte cap: the command's file-size limit (RLIMIT_FSIZE), so the
+        kernel stops any one file at the cap however fast it is written."""
         self.root: int | None = None
         self.peak = self.before
 
@@ -387,9 +392,16 @@ class TreeWatch:
         over = (used[0] > self.disk_mb * MIB and used[0] > self.before[0]) or (
             used[1] > self.inodes and used[1] > self.before[1]
         )
-        if not over:
-            return None
         words = _cap_words(self.disk_mb, self.inodes)
-        if running:
+        if over and running:
             return Breach("disk_limit", words)
-        return Breach("exit", f"the repository went past {words} ({used[0] // MIB} MiB, {used[1]} files): remove files")
+        if over:
+            past = f"the repository went past {words} ({used[0] // MIB} MiB, {used[1]} files)"
+            return Breach("exit", f"{past}: remove files")
+        if not running and (self._full(self.before) or self._full(used)):
+            # As on a full volume; full at the start, the command could write no file at all.
+            return Breach("exit", f"{words} is reached: remove files to write more")
+        return None
+
+    def _full(self, used: tuple[int, int]) -> bool:
+        return self.disk_mb * MIB - used[0] < _FULL_BYTES or used[1] >= self.inodes
