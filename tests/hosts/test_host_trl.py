@@ -24,7 +24,7 @@ from verifiers_stepwise.hosts.trl.endpoint import BatchingTokenEndpoint
 from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
 from verifiers_stepwise.hosts.trl.rollout import score_groups
 from verifiers_stepwise.hosts.trl.sampling import ModelSampler
-from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _run
+from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _submit
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer
 from verifiers_stepwise.traces.credit import score_group
@@ -125,7 +125,7 @@ def post(endpoint, body) -> tuple[int, str]:
 
 
 def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, format="turns"):
-    """Run on the host's own rollout loop (see ``trainer._run``), as training does."""
+    """Run on the host's own rollout loop (see ``trainer._submit``), as training does."""
     with BatchingTokenEndpoint(generate) as endpoint:
         client = vf.TrainClientConfig(
             base_url=endpoint.base_url,
@@ -133,7 +133,7 @@ def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, 
             renderer=renderer_config(format),
             renderer_model_name=tokenizer_dir,
         )
-        return _run(
+        return _submit(
             run_groups(
                 env,
                 client,
@@ -142,7 +142,7 @@ def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, 
                 limit=1,
                 sampling=vf.SamplingConfig(max_tokens=max_tokens),
             )
-        )
+        ).result()
 
 
 # -- the endpoint and the renderer, through verifiers' real train client -----------------------
