@@ -174,17 +174,18 @@ def score_group(
     elif not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")
     label = estimator.name or type(estimator).__name__
-    traces = [(episode, trace) for episode in episodes for trace in episode.traces]
-    records: list[Credit | None] = [None] * len(traces)
+    # One pass over the traces: each is untrainable (None), excluded (its record now) or scored.
+    records: list[Credit | None] = []
     group: list[tuple[int, Trace, TraceTurns, Source]] = []
-    for k, (episode, trace) in enumerate(traces):
-        if not trace.agent.trainable:
-            continue
-        reason = exclusion_reason(episode, trace)
-        if reason is not None:
-            records[k] = _record(trace, _excluded(trace, label, reason, reading))
-            continue
-        group.append((k, trace, *scored_turns(trace, missing, reading)))
+    for episode in episodes:
+        for trace in episode.traces:
+            if not trace.agent.trainable:
+                records.append(None)
+            elif (reason := exclusion_reason(episode, trace)) is not None:
+                records.append(_record(trace, _excluded(trace, label, reason, reading)))
+            else:
+                group.append((len(records), trace, *scored_turns(trace, missing, reading)))
+                records.append(None)
     if not group:
         return records
     rewards = [turns.rewards for _, _, turns, _ in group]
