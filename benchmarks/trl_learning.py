@@ -76,11 +76,13 @@ def env_config(args: argparse.Namespace, split: str) -> dict:
 
 def outcome(episodes: list) -> dict:
     """Success (last answer right) and first-turn success over episodes, with the count."""
+    from verifiers_stepwise.traces.turns import TURN_REWARDS, TURN_SCORES
+
     solved, first = [], []
     for episode in episodes:
         (trace,) = [t for t in episode.traces if t.agent.trainable]
         # a turn's recorded value, reward or score, is 1 exactly when its answer is right
-        right = [value == 1.0 for value in trace.info.get("turn_scores", trace.info.get("turn_rewards", []))]
+        right = [value == 1.0 for value in trace.info.get(TURN_SCORES, trace.info.get(TURN_REWARDS, []))]
         solved.append(float(bool(right) and right[-1]))
         first.append(float(bool(right) and right[0]))
     return {"success": sum(solved) / len(solved), "first_turn": sum(first) / len(first), "episodes": len(episodes)}
