@@ -7,6 +7,7 @@ offline (``verifiers_stepwise.testing.tiny_lm``) with TRL's real ``GRPOTrainer``
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
@@ -564,25 +565,35 @@ def test_sampled_logprobs_are_the_log_softmax_of_the_sampling_distribution(token
         assert torch.allclose(recorder.finish(result.sequences), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lora_samples_merged_and_the_frozen_weights_come_back_exactly(tokenizer, dtype):
+def _lora(tokenizer, dtype=torch.float32, model_config=None, **config):
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(tiny_model(tokenizer).to(dtype), LoraConfig(r=4, target_modules="all-linear"))
+    base = tiny_model(tokenizer, **(model_config or {})).to(dtype)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", **config))
     for name, p in model.named_parameters():
         if "lora_B" in name:  # a trained adapter, not the no-op it starts as
             torch.nn.init.normal_(p, std=0.5)
+    return model
+
+
+GREEDY = dict(max_tokens=4, temperature=0.0, top_p=1.0, stop_token_ids=[], seed=None, sampling={})
+
+
+BIASED = {"model_config": {"attention_bias": True, "mlp_bias": True}, "lora_bias": True}
+
+
+@pytest.mark.parametrize("config", [{}, {"use_dora": True}, BIASED], ids=["lora", "dora", "lora_bias"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lora_samples_merged_and_the_frozen_weights_come_back_exactly(tokenizer, dtype, config):
+    """Plain LoRA merges into the sampler's own buffer; DoRA and LoRA biases through peft's safe merge."""
+    model = _lora(tokenizer, dtype, **config)
+    if config is BIASED:  # a trained bias, too
+        for name, p in model.named_parameters():
+            if "lora_B" in name and name.endswith("bias"):
+                torch.nn.init.normal_(p, std=0.5)
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
-    request = GenerateRequest(
-        prompt_ids=tokenizer.encode("1 + 2 ="),
-        max_tokens=4,
-        temperature=0.0,
-        top_p=1.0,
-        stop_token_ids=[],
-        seed=None,
-        sampling={},
-    )
+    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), **GREEDY)
     (merged,) = sampler([request])
     assert not any(getattr(m, "merged", False) for m in model.modules())
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
@@ -593,17 +604,31 @@ def test_lora_samples_merged_and_the_frozen_weights_come_back_exactly(tokenizer,
         assert merged.token_ids == out[0, len(request.prompt_ids) :].tolist()
 
 
-def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):
-    from peft import LoraConfig, get_peft_model
-
-    model = get_peft_model(tiny_model(tokenizer), LoraConfig(r=4, target_modules="all-linear"))
-    model.train()
-    merges = []
-    merge = model.merge_adapter
-    model.merge_adapter = lambda *a, **k: (merges.append(1), merge(*a, **k))  # type: ignore[method-assign]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inside_a_merged_block_the_weights_are_peft_merge_adapters(tokenizer, dtype):
+    """W + ΔW as peft's own merge_adapter computes them, marked merged as peft marks them."""
+    model = _lora(tokenizer, dtype).eval()
+    reference = copy.deepcopy(model)  # peft's unmerge would leave its rounding in model's own W
+    with torch.no_grad():
+        reference.merge_adapter()
+    expected = {n: p for n, p in reference.named_parameters() if "base_layer" in n}
     sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
-    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), max_tokens=2, temperature=0.0, top_p=1.0,
-                              stop_token_ids=[], seed=None, sampling={})  # fmt: skip
+    with sampler.merged():
+        assert all(m.merged for m in model.modules() if hasattr(m, "merged_adapters"))
+        for name, p in model.named_parameters():
+            if name in expected:
+                assert torch.equal(p, expected[name]), name
+
+
+def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):
+    model = _lora(tokenizer)
+    model.train()
+    layer = next(m for m in model.modules() if hasattr(m, "get_delta_weight"))
+    merges = []
+    delta = layer.get_delta_weight
+    layer.get_delta_weight = lambda *a, **k: (merges.append(1), delta(*a, **k))[1]  # type: ignore[method-assign]
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), **{**GREEDY, "max_tokens": 2})
     with sampler.merged():
         assert not model.training and all(m.merged for m in model.modules() if hasattr(m, "merged_adapters"))
         sampler([request])

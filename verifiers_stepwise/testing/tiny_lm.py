@@ -45,13 +45,14 @@ def tiny_tokenizer(vocab_size: int = 320) -> Any:
     )
 
 
-def tiny_model(tokenizer: Any, seed: int = 0) -> Any:
+def tiny_model(tokenizer: Any, seed: int = 0, **config: Any) -> Any:
+    """A 2-layer Llama for ``tokenizer``; ``config`` overrides ``LlamaConfig`` fields (``attention_bias=True``)."""
     with requires("verifiers_stepwise.testing.tiny_lm", "torch", "transformers", extra="trl"):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
+    llama = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
@@ -62,5 +63,6 @@ def tiny_model(tokenizer: Any, seed: int = 0) -> Any:
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        **config,
     )
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(llama)

@@ -16,10 +16,14 @@ episodes × 32 tokens).
 
 A PEFT model (LoRA) samples with its adapters merged into the weights (unmerged adapters made
 generation 1.5–1.7× slower): for the call, or for every call inside ``with sampler.merged():``,
-which the trainer holds over a step's rollouts (one merge a step, not one a turn: each cycle
-cost ~0.6 s of a 9 s bfloat16 step on Gemma). Merging and unmerging round the frozen weights
-in their own precision (bfloat16: ~0.4 % a cycle), so after unmerging, the frozen weights that
-merging touched are restored from a copy taken at the first merge.
+which the trainer holds over a step's rollouts (one merge a step, not one a turn). A layer is
+merged out of place: its base layer generates with a tensor of its own holding W + ΔW (peft's
+``get_delta_weight``; other tuner layers through peft's ``merge(safe_merge=True)``, which merges
+into a copy), marked merged as peft marks it, and closing the block puts the frozen W back as it
+was. Nothing is subtracted, so no rounding is left in the frozen weights (peft's ``unmerge``
+leaves ~0.4 % a cycle in bfloat16), and a cycle is one pass over the adapted weights: 0.21–0.24 s
+for Gemma 3 270M's 126 LoRA layers in bfloat16 here, where ``merge_adapter``, ``unmerge_adapter``
+and restoring a copy of W took 0.51–0.57 s.
 """
 
 from __future__ import annotations
@@ -77,7 +81,10 @@ class ModelSampler:
         self.max_new_tokens = max_new_tokens
         """Cap for requests without ``max_tokens``."""
         self._lock = threading.RLock()
-        self._frozen: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._kept: list[tuple[Any, torch.Tensor, torch.Tensor | None]] = []
+        """Each layer merged by the open block, with its frozen weight and bias to put back."""
+        self._buffers: dict[Any, torch.Tensor] = {}
+        """Each plain LoRA layer's merged weight, kept between blocks (as much memory as those W)."""
         self._depth = 0
         """How many ``merged()`` blocks are open; the outermost merges and unmerges."""
         self._was_training = False
@@ -105,31 +112,43 @@ class ModelSampler:
         self._was_training = model.training
         model.eval()
         if hasattr(model, "merge_adapter"):  # a PEFT model
-            self._keep_frozen(model)
+            from peft.tuners.tuners_utils import BaseTunerLayer
+
             with torch.no_grad():
-                model.merge_adapter()
+                for layer in model.modules():
+                    if isinstance(layer, BaseTunerLayer) and not layer.disable_adapters and not layer.merged:
+                        self._merge_out_of_place(layer)
+
+    def _merge_out_of_place(self, layer: Any) -> None:
+        base = layer.get_base_layer()
+        bias = getattr(base, "bias", None)
+        self._kept.append((layer, base.weight.data, None if bias is None else bias.data))
+        adapters = layer.active_adapters
+        plain = (  # one plain LoRA adapter on a weight: W + ΔW into this layer's own buffer
+            len(adapters) == 1
+            and adapters[0] in getattr(layer, "lora_A", {})
+            and adapters[0] not in layer.lora_variant
+            and not layer.lora_bias[adapters[0]]
+        )
+        if not plain:  # peft's merge into a copy of W (variants, biases, other tuners)
+            layer.merge(safe_merge=True)
+            return
+        merged = self._buffers.get(layer)
+        if merged is None:
+            merged = self._buffers[layer] = torch.empty_like(base.weight.data)
+        torch.add(base.weight.data, layer.get_delta_weight(adapters[0]), out=merged)
+        base.weight.data = merged
+        layer.merged_adapters.append(adapters[0])
 
     def _close(self, model: Any) -> None:
-        if hasattr(model, "merge_adapter"):
-            with torch.no_grad():
-                model.unmerge_adapter()
-                self._restore_frozen(model)
+        for layer, weight, bias in self._kept:
+            base = layer.get_base_layer()
+            base.weight.data = weight
+            if bias is not None:
+                base.bias.data = bias
+            layer.merged_adapters.clear()
+        self._kept.clear()
         model.train(self._was_training)
-
-    def _restore_frozen(self, model: Any) -> None:
-        """Put back the exact frozen weights of the layers that merging changes (LoRA bases)."""
-        if self._frozen is None:
-            return
-        for weight, original in self._frozen:
-            weight.copy_(original)
-
-    def _keep_frozen(self, model: Any) -> None:
-        if self._frozen is None:
-            self._frozen = [
-                (module.base_layer.weight.data, module.base_layer.weight.data.clone())
-                for module in model.modules()
-                if hasattr(module, "base_layer") and hasattr(module.base_layer, "weight")
-            ]
 
     def __call__(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
         out: list[Generation | None] = [None] * len(requests)
