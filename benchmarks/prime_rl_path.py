@@ -12,6 +12,10 @@ algorithm one group at a time, so all paths run group by group, as prime-rl woul
   does (``GRPOAlgorithm`` itself is also timed when prime-rl is installed).
 - the same reference counting with ``mask.count(True)``, as the stepwise path does: the
   stepwise path's cost beyond a broadcast written as fast as plain Python allows.
+- ``credit.score_group`` with the default estimator (``stepwise()``: ``absorbing``, γ 1).
+- ``credit.score_group`` with a free estimator: each group's estimate made before timing and
+  handed back (``Replayed``), so the path minus all of the math. No estimator, however fast,
+  takes the path below this: it bounds what a faster estimator could gain.
 
 Prints, for wall-clock and for CPU time (the process's; on a core shared with another job the
 wall clock also counts the other job's time slices), the median seconds per pass over all
@@ -40,6 +44,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import verifiers.v1 as vf  # noqa: E402
 
 from verifiers_stepwise import get_estimator  # noqa: E402
+from verifiers_stepwise.estimators import Estimator  # noqa: E402
+from verifiers_stepwise.estimators.base import Estimate  # noqa: E402
 from verifiers_stepwise.testing.traces import TraceBuilder  # noqa: E402
 from verifiers_stepwise.traces.credit import score_group  # noqa: E402
 from verifiers_stepwise.traces.turns import append_turn  # noqa: E402
@@ -98,13 +104,42 @@ def reward_minus_mean(episodes: list[vf.Episode], count_sampled: Callable[[list[
 count_true = operator.methodcaller("count", True)  # mask.count(True), without a Python frame
 
 
+class Replayed(Estimator):
+    """``inner``'s estimate of each group, recorded on a first pass over the groups and handed
+    back in the same order on every later pass: an estimator that costs nothing."""
+
+    def __init__(self, inner: Estimator, groups: list[list[vf.Episode]]) -> None:
+        super().__init__()
+        self.name, self.inner, self.recorded, self.k = inner.name, inner, [], 0
+        self.estimate = self._record  # type: ignore[method-assign]
+        for group in groups:
+            score_group(group, self)
+        self.estimate = self._replay  # type: ignore[method-assign]
+
+    def batched(self, batch):
+        return self.estimate(batch).advantages
+
+    def _record(self, batch) -> Estimate:
+        self.recorded.append(self.inner.estimate(batch))
+        return self.recorded[-1]
+
+    def _replay(self, batch) -> Estimate:
+        estimate = self.recorded[self.k]
+        self.k = (self.k + 1) % len(self.recorded)
+        return estimate
+
+
 CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
-def paired_medians(paths: dict, repeats: int) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+BROADCAST = "reward-minus-mean broadcast"
+
+
+def paired_medians(paths: dict, repeats: int) -> dict[str, tuple[dict[str, float], dict[str, float], dict[str, float]]]:
     """Per clock of ``CLOCKS``: the median seconds per path, the paths taking turns within each
-    repeat so that a load change on the machine hits them alike; and, for every other path,
-    the median of the per-repeat ratios of the first path to it."""
+    repeat so that a load change on the machine hits them alike; for every other path, the
+    median of the per-repeat ratios of the first path to it; and for every path, the median of
+    its per-repeat ratios to the ``BROADCAST`` path."""
     for run in paths.values():
         run()  # warm up
     times: dict[str, dict[str, list[float]]] = {clock: {name: [] for name in paths} for clock in CLOCKS}
@@ -124,9 +159,16 @@ def paired_medians(paths: dict, repeats: int) -> dict[str, tuple[dict[str, float
         clock: (
             {name: statistics.median(t) for name, t in by_path.items()},
             {name: statistics.median(a / b for a, b in zip(by_path[first], by_path[name])) for name in others},
+            {name: statistics.median(a / b for a, b in zip(t, by_path[BROADCAST])) for name, t in by_path.items()},
         )
         for clock, by_path in times.items()
     }
+
+
+ADDED = (
+    "credit.score_group, default estimator (absorbing, gamma 1)",
+    "credit.score_group, free estimator (estimates replayed)",
+)
 
 
 def main() -> None:
@@ -155,6 +197,17 @@ def main() -> None:
         for group in groups:
             reward_minus_mean(group, count_true)
 
+    default = get_estimator("stepwise")
+    replayed = Replayed(get_estimator("stepwise", gamma=0.4), groups)
+
+    def with_default() -> None:
+        for group in groups:
+            score_group(group, default)
+
+    def with_a_free_estimator() -> None:
+        for group in groups:
+            score_group(group, replayed)
+
     paths = {}
     if importlib.util.find_spec("prime_rl") is not None:
         from prime_rl.configs.algorithm import GRPOAlgoConfig
@@ -167,7 +220,7 @@ def main() -> None:
         paths["stepwise: StepwiseAlgorithm.score_group"] = lambda: [
             _drive(algorithm.score_group(group)) for group in groups
         ]
-        paths["reward-minus-mean broadcast"] = reference
+        paths[BROADCAST] = reference
         paths["reward-minus-mean broadcast, list.count"] = reference_counting
         paths["prime-rl GRPOAlgorithm.score_group"] = lambda: [_drive(grpo.score_group(g)) for g in groups]
     else:
@@ -175,16 +228,22 @@ def main() -> None:
         paths["stepwise: credit.score_group (StepwiseAlgorithm's one call)"] = lambda: [
             score_group(group, estimator) for group in groups
         ]
-        paths["reward-minus-mean broadcast"] = reference
+        paths[BROADCAST] = reference
         paths["reward-minus-mean broadcast, list.count"] = reference_counting
+    paths[ADDED[0]] = with_default
+    paths[ADDED[1]] = with_a_free_estimator
 
-    for clock, (medians, ratios) in paired_medians(paths, args.repeats).items():
+    first = next(iter(paths))
+    for clock, (medians, ratios, to_broadcast) in paired_medians(paths, args.repeats).items():
         print(f"-- {clock} time")
         for name, seconds in medians.items():
             print(f"{name:<60} {seconds:8.3f} s")
         for name, ratio in ratios.items():
-            target = " (target <= 1.2x)" if name == "reward-minus-mean broadcast" else ""
+            target = " (target <= 1.2x)" if name == BROADCAST else ""
             print(f"ratio stepwise / {name}: {ratio:.2f}x{target}")
+        for name, ratio in to_broadcast.items():
+            if name not in (first, BROADCAST) and name in ADDED:
+                print(f"ratio {name} / {BROADCAST}: {ratio:.2f}x")
 
 
 def _drive(coroutine) -> None:

@@ -23,6 +23,7 @@ from tinker_cookbook.rl import train as tinker_train
 from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY, Trajectory, TrajectoryGroup, Transition
 
 from verifiers_stepwise import ConfigError, get_estimator
+from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.hosts import tinker as adapter
 
 ACTION = 1_000_000  # action token k of transition t: ACTION + 1000 * t + k
@@ -289,3 +290,47 @@ def test_use_estimator_takes_a_configured_instance():
     with pytest.raises(TypeError, match="options configure an estimator name"):
         with adapter.use_estimator(chosen, gamma=0.5):
             pass
+
+
+# -- one credit record per trajectory, made once per group ---------------------------------------
+
+
+class CountingEstimator(Estimator):
+    """``stepwise`` (mean-only), counting how often it estimates."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.calls = get_estimator("stepwise", scale="none"), 0
+
+    def batched(self, batch):
+        self.calls += 1
+        return self.inner.batched(batch)
+
+
+def test_the_filter_and_the_datums_lay_out_one_record_per_trajectory():
+    config = train_config(remove_constant_reward_groups=True)
+    g = equal_totals_with_credit()
+    counting = CountingEstimator()
+    with adapter.use_estimator(counting):
+        assert tinker_train.drop_constant_reward_group(g, config, None) is g  # credits the group
+        assert tinker_train.remove_constant_reward_groups([g]) == [g]
+        advantages = tinker_train.compute_advantages([g])
+        data, _ = tinker_train.assemble_training_data([g], advantages)
+    assert counting.calls == 1  # the filters and the training data read the same records
+    records = adapter.group_credit(g, counting)
+    assert [c.rewards for c in records] == adapter.turn_rewards(g)
+    assert {(c.estimator, c.reading, c.nodes, c.excluded, c.version) for c in records} == {
+        ("counting", "rewards", None, None, 2)
+    }
+    assert advantages == [[c.advantages for c in records]]
+    assert all(a is c.advantages for a, c in zip(advantages[0], records))  # laid out, not copied
+    assert len(data) == 2  # one datum per trajectory
+
+
+def test_a_group_is_credited_alone_whatever_it_is_batched_with():
+    a, b = equal_totals_with_credit(), no_credit()
+    chosen = estimator("stepwise", gamma=0.5)
+    alone = adapter.compute_advantages([group(a.trajectories_G, a.final_rewards_G)], estimator=chosen)
+    assert adapter.compute_advantages([b, a], estimator=chosen)[1] == alone[0]

@@ -21,6 +21,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +36,7 @@ from tests.hosts.torchtitan_main import child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
 from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
+from verifiers_stepwise.traces.credit import read_credit
 from verifiers_stepwise.traces.turns import read_turns
 
 FOLDER, MISSING = stored()
@@ -201,39 +203,69 @@ def test_refine_through_mains_rollouter_with_gamma(tokenizer_path, spawned_env_s
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
 
 
-@pytest.mark.parametrize("fork", [False, True])
-def test_tool_call_turns_and_forks_through_mains_conversion(fork):
-    """Main's own ``trace_to_rollout_turns`` on traces with tool calls (a verifiers turn with two
-    sampled replies) and forks (a rewritten context): labelled by the stepwise rollouter, each
-    token carries ``score_group``'s advantage of its verifiers turn."""
+def mains_group(episodes, estimator="stepwise", **options):
+    """Main's own conversion and advantage step on prebuilt episodes, as main's
+    ``_run_single_rollout`` and ``run_group_rollouts`` call them (no env server, no model)."""
     from torchtitan.rl.examples.verifiers.generation_server import VerifiersGenerationMetadata
-    from torchtitan.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus
+    from torchtitan.rl.examples.verifiers.rollouter import verifiers_rollout_logs
+    from torchtitan.rl.rollout.types import Rollout, RolloutGroup
 
-    from tests.hosts.test_host_torchtitan_verifiers import tool_episode
     from verifiers_stepwise.hosts.torchtitan import stepwise_advantage
-    from verifiers_stepwise.hosts.torchtitan.main import StepwiseVerifiersRollouter
+    from verifiers_stepwise.hosts.torchtitan.main import stepwise_env_rollouter
 
-    episodes = [tool_episode([0.0, 1.0], fork=fork), tool_episode([0.5]), tool_episode([0.0, 0.0, 1.0], fork=fork)]
+    config = stepwise_env_rollouter(recipe_rollouter(), taskset="stepwise-refine")
+    rollouter = replace(config, advantage=stepwise_advantage(estimator, **options)).build()
     metadata = VerifiersGenerationMetadata(min_policy_version=2, max_policy_version=2, metrics=[])
     rollouts = []
     for j, episode in enumerate(episodes):
         (trace,) = episode.traces
-        turns = StepwiseVerifiersRollouter.trace_to_rollout_turns(
-            trace=trace, generation_metadata=metadata, group_id=0, rollout_id=j
-        )
-        rollouts.append(Rollout(group_id=0, rollout_id=j, turns=turns, status=RolloutStatus.COMPLETED))
+        turns = rollouter.trace_to_rollout_turns(trace=trace, generation_metadata=metadata, group_id=0, rollout_id=j)
+        status = rollouter.rollout_status(verifiers_episode=episode, trace=trace)
+        logs = verifiers_rollout_logs(episode, trace)
+        rollouts.append(Rollout(group_id=0, rollout_id=j, turns=turns, status=status, logs=logs))
         rollouts[-1].reward = trace.reward  # what main's RewardFromVerifiers returns
+    group = RolloutGroup(group_id=0, rollouts=rollouts)
+    for rollout, advantage in zip(rollouts, rollouter._advantage_estimator(group), strict=True):
+        rollout.advantage = advantage
+    return group
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_tool_call_turns_and_forks_through_mains_conversion(fork):
+    """Main's own ``trace_to_rollout_turns`` on traces with tool calls (a verifiers turn with two
+    sampled replies) and forks (a rewritten context): credited by the stepwise rollouter, each
+    token carries ``score_group``'s advantage of its verifiers turn."""
+    from tests.hosts.test_host_torchtitan_verifiers import tool_episode
+
+    episodes = [tool_episode([0.0, 1.0], fork=fork), tool_episode([0.5]), tool_episode([0.0, 0.0, 1.0], fork=fork)]
+    group = mains_group(episodes, gamma=0.9)
+    rollouts = group.rollouts
     assert [len(r.turns) for r in rollouts] == [3, 2, 4]  # main: one turn per sampled span
     assert rollouts[0].turns[0].env_messages  # main's conversion keeps the tool result
-    group = RolloutGroup(group_id=0, rollouts=rollouts)
-    for rollout, advantage in zip(rollouts, stepwise_advantage(gamma=0.9).build()(group), strict=True):
-        rollout.advantage = advantage
     expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9))]
     assert [list(r.advantage.per_turn) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
     builder = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
     samples = builder.build_from_group(rollout_group=group).training_samples
     assert len(samples) == (5 if fork else 3)
     assert_each_turns_advantage_on_its_tokens(group, episodes, samples)
+
+
+def test_mains_rollouter_lays_out_each_traces_one_credit_record():
+    """The walk of a turn's reward through main's rollouter: score_group's record on each trace,
+    anchor states included (gigpo is not grpo here), laid out on main's turns."""
+    from tests.hosts.test_host_torchtitan_verifiers import tool_episode
+
+    episodes = [tool_episode([0.0, 1.0]), tool_episode([0.5]), tool_episode([0.0, 0.0, 1.0])]
+    for episode in episodes:
+        trace = episode.traces[0]
+        trace.info["turn_states"] = ["start", *(f"s{t}" for t in range(1, len(trace.info["turn_rewards"])))]
+    group = mains_group(episodes, estimator="gigpo")
+    records = [read_credit(e.traces[0]) for e in episodes]
+    assert all(r is not None and r.estimator == "gigpo" for r in records)
+    per_span = [list(r.advantage.per_turn) for r in group.rollouts]
+    assert per_span[0] == [records[0].advantages[0], records[0].advantages[0], records[0].advantages[1]]
+    assert [r.advantages for r in records] != get_estimator("grpo")([r.rewards for r in records])
+    assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]
 
 
 def test_a_task_cap_is_applied_with_head_and_refused_at_config_time_with_take():

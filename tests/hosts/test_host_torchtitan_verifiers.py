@@ -34,10 +34,12 @@ from verifiers_stepwise.hosts.torchtitan.verifiers import (
     VerifiersRollouter,
     env_config,
     label_rollout_turns,
+    sampled_spans,
     trace_to_turns,
 )
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.traces.credit import Credit, read_credit
 from verifiers_stepwise.traces.turns import read_turns
 
 
@@ -203,6 +205,49 @@ def test_refine_through_the_rollouter_with_gamma(renderer):
     ]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+def test_the_rollouter_lays_out_each_traces_one_credit_record(renderer):
+    """The walk of a turn's reward: env → score_group's record on the trace → torchtitan turns.
+    Anchor states recorded on the traces reach the estimator (gigpo differs from grpo here),
+    and each rollout's per-turn advantages are its record's."""
+    rollouter = VerifiersRollouter.Config(
+        taskset="stepwise-refine",
+        env_args={"max_turns": 3},
+        env_in_process=True,
+        advantage=StepwiseAdvantage.Config(estimator="gigpo"),
+    ).build()
+    sample = next(t for t in rollouter._train_dataset._tasks if t["prompt"].startswith("Compute 17 * 23"))
+    plans = {0: ["400", "391"], 1: ["300", "390", "391"], 2: ["391"]}
+    real = rollouter.episode
+
+    async def with_states(env, **run):  # every rollout starts from one state; later ones its own
+        episode = await real(env, **run)
+        trace, plan = episode.traces[0], plans[run["sampling"].seed]
+        trace.info["turn_states"] = ["start", *(f"after {reply}" for reply in plan[:-1])]
+        return episode
+
+    rollouter.episode = with_states
+    group, episodes = run_group(rollouter, renderer, plans, sample)
+    records = [read_credit(e.traces[0]) for e in episodes]
+    assert all(r is not None and r.estimator == "gigpo" and r.excluded is None for r in records)
+    assert [list(r.advantage.per_turn) for r in group.rollouts] == [r.advantages for r in records]
+    assert [r.advantages for r in records] != get_estimator("grpo")([r.rewards for r in records])
+    assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == [r.rewards for r in records]
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+def test_an_excluded_or_missing_record_trains_nothing():
+    from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit
+
+    (trace,) = tool_episode([0.0, 1.0]).traces
+    turns = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)
+    nodes = [span.node for span in sampled_spans(trace)]
+    excluded = Credit("stepwise", None, [0.0, 1.0], None, [], excluded="episode errored")
+    for credit in (excluded, None):
+        assert lay_out_credit(credit, turns, nodes, "here").per_turn == (0.0,) * len(turns)
+    assert all("turn_index" not in t.env_rewards for t in turns)
 
 
 # -- traces with tool calls and forks (verifiers' own commit path, no model) -------------------

@@ -5,7 +5,9 @@ Shapes translated (checked against tinker-cookbook 0.6.1 and tinker 0.38.0 from 
     TrajectoryGroup.trajectories_G[j].transitions[t]          (tinker trajectory group)
       → r_{j,t} = transitions[t].reward, plus final_rewards_G[j] on the last transition,
         so Σ_t r_{j,t} is tinker's own total reward (``get_total_rewards()[j]``)
-      → A_{j,t} from the estimator picked by its registered name
+      → A_{j,t} from the estimator picked by its registered name, in one credit record per
+        trajectory (``traces.credit.Credit``, made once per group by ``group_credit`` and kept
+        on the group: the filters, ``compute_advantages`` and the datums all read it)
       → ``Datum.loss_fn_inputs["advantages"]``: A_{j,t} on transition t's action tokens,
         0 on observation tokens and on parse-error-masked transitions, exactly where tinker
         puts its one trajectory advantage (tinker builds the datums; only values change).
@@ -37,7 +39,8 @@ import numpy as np
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts import estimator_from, score_turns
+from verifiers_stepwise.hosts import estimator_from
+from verifiers_stepwise.traces.credit import Credit, credit_group
 
 # What tinker_cookbook.rl imports; tinker-cookbook itself needs --no-deps (see pyproject's extra).
 with requires(
@@ -64,6 +67,7 @@ __all__ = [
     "CLIConfig",
     "assemble_training_data",
     "compute_advantages",
+    "group_credit",
     "main",
     "remove_groups_without_credit",
     "turn_rewards",
@@ -87,9 +91,26 @@ def turn_rewards(group: TrajectoryGroup) -> list[list[float]]:
     return rewards
 
 
+_CREDIT = "stepwise_credit"  # the attribute of a TrajectoryGroup that keeps its records
+
+
+def group_credit(group: TrajectoryGroup, estimator: Estimator) -> list[Credit]:
+    """The credit record of each trajectory of ``group`` (rewards ``turn_rewards(group)``),
+    made on the first call and kept on the group, so that tinker's filters and its training
+    data lay out the same records instead of estimating twice. A group is credited alone
+    (its baseline is its own), so a record does not depend on which groups it is batched with."""
+    kept = group.__dict__.get(_CREDIT)
+    if kept is not None and kept[0] is estimator:
+        return kept[1]
+    records = credit_group(turn_rewards(group), estimator)
+    group.__dict__[_CREDIT] = (estimator, records)
+    return records
+
+
 def compute_advantages(groups: list[TrajectoryGroup], *, estimator: Estimator) -> TurnAdvantagesP:
-    """Replacement for tinker's ``compute_advantages``: A[g][j][t] per transition."""
-    return score_turns(estimator, [turn_rewards(group) for group in groups])
+    """Replacement for tinker's ``compute_advantages``: A[g][j][t] per transition, each
+    trajectory's advantages from its credit record (``group_credit``)."""
+    return [[credit.advantages for credit in group_credit(group, estimator)] for group in groups]
 
 
 def assemble_training_data(
@@ -138,8 +159,7 @@ def _trajectory_to_data(
 
 
 def _carries_credit(group: TrajectoryGroup, estimator: Estimator) -> bool:
-    (advantages,) = compute_advantages([group], estimator=estimator)
-    return any(a != 0.0 for trajectory in advantages for a in trajectory)
+    return any(a != 0.0 for credit in group_credit(group, estimator) for a in credit.advantages)
 
 
 def remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Estimator) -> list[TrajectoryGroup]:

@@ -70,6 +70,7 @@ __all__ = [
     "Missing",
     "MissingTurnRewards",
     "Source",
+    "credit_group",
     "exclusion_reason",
     "read_credit",
     "score_group",
@@ -188,19 +189,56 @@ def score_group(
                 records.append(None)
     if not group:
         return records
-    rewards = [turns.rewards for _, _, turns, _ in group]
-    states = [read_turn_states(trace, len(turns.rewards)) for _, trace, turns, _ in group]
-    anchored = any(row is not None for row in states)  # anchor states, for estimators that group by them (gigpo)
-    batch = RaggedBatch.from_groups(
-        [rewards], [[[None] * len(r) if row is None else row for row, r in zip(states, rewards)]] if anchored else None
+    made = credit_group(
+        [turns.rewards for _, _, turns, _ in group],
+        estimator,
+        label=label,
+        readings=[source for *_, source in group],
+        nodes=[turns.nodes for _, _, turns, _ in group],
+        states=[read_turn_states(trace, len(turns.rewards)) for _, trace, turns, _ in group],
     )
+    for (k, trace, turns, _), credit in zip(group, made):
+        place_advantages(trace, turns, credit.advantages)
+        records[k] = _record(trace, credit)
+    return records
+
+
+def credit_group(
+    rewards: Sequence[list[float]],
+    estimator: Estimator,
+    *,
+    label: str | None = None,
+    readings: Sequence[Source | None] | None = None,
+    nodes: Sequence[list[list[int]] | None] | None = None,
+    states: Sequence[Sequence[Any] | None] | None = None,
+) -> list[Credit]:
+    """The credit records of one group's trajectories from their per-turn rewards: the one
+    place a record is made. ``score_group`` calls it with what it read from the traces; a host
+    whose rollouts are not verifiers traces (tinker-cookbook's transitions, torchtitan's own
+    envs) calls it with the rewards it translated, and lays the records out.
+
+    Args:
+      rewards: r_t per trajectory (each list is kept in its record, not copied).
+      estimator: the estimator; ``label`` names it in the records (default its registered name).
+      readings: each trajectory's record ``reading`` (default "rewards").
+      nodes: each trajectory's sampled node indices per turn (default None: no verifiers nodes).
+      states: each trajectory's anchor state per turn (None: none recorded), for estimators
+        that group turns by state (``gigpo``).
+    """
+    label = label or estimator.name or type(estimator).__name__
+    anchored = None
+    if states is not None and any(row is not None for row in states):
+        anchored = [[[None] * len(r) if row is None else row for row, r in zip(states, rewards)]]
+    batch = RaggedBatch.from_groups([rewards], anchored)
     estimate = estimator.estimate(batch)
     (advantages,) = batch.split(estimate.advantages)
-    returns = batch.split(estimate.returns)[0] if estimate.returns is not None else [None] * len(group)
-    for (k, trace, turns, source), values, turn_returns in zip(group, advantages, returns):
-        place_advantages(trace, turns, values)
-        records[k] = _record(trace, Credit(label, source, turns.rewards, turns.nodes, values, turn_returns))
-    return records
+    returns = batch.split(estimate.returns)[0] if estimate.returns is not None else [None] * len(rewards)
+    readings = readings or ["rewards"] * len(rewards)
+    nodes = nodes or [None] * len(rewards)
+    return [
+        Credit(label, source, turn_rewards, turn_nodes, values, turn_returns)
+        for turn_rewards, source, turn_nodes, values, turn_returns in zip(rewards, readings, nodes, advantages, returns)
+    ]
 
 
 def _record(trace: Trace, credit: Credit) -> Credit:

@@ -20,7 +20,9 @@ Shapes translated (checked against torchtitan 0.3.0 from PyPI):
                   or 0, except on the last turn, which falls back to rollout.reward (the
                   rubric's score). A rollout whose env attaches no per-turn reward is
                   therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
-      → A_{j,t} from the estimator registered under ``estimator``
+      → A_{j,t} from the estimator registered under ``estimator``, one credit record per
+        rollout (``traces.credit.credit_group``; the Verifiers rollouters instead lay out the
+        record ``score_group`` wrote on each trace, ``turns.lay_out_credit``)
       → TrainingSample.advantage: A_{j,t(k)} on every completion token of turn k, 0.0 on
         prompt and env tokens, in torchtitan's own packing of turns into samples.
 
@@ -55,7 +57,8 @@ from typing import Any
 from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.extras import TrainerDependencyMissing, install_command, requires
-from verifiers_stepwise.hosts import estimator_from, score_turns
+from verifiers_stepwise.hosts import estimator_from
+from verifiers_stepwise.traces.credit import credit_group
 
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
 """Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
@@ -245,12 +248,12 @@ class StepwiseAdvantage(Configurable):
             return []
         turns = [env_turns(rollout, self.turn_reward_key) for rollout in group.rollouts]
         try:
-            (advantages,) = score_turns(self.estimator, [[rewards for rewards, _ in turns]])
+            records = credit_group([rewards for rewards, _ in turns], self.estimator)
         except RewardError as error:
             raise RewardError(f"torchtitan group {group.group_id}: {error}") from None
         return [
-            TurnAdvantages([per_env_turn[t] for t in index] if index else per_env_turn)
-            for per_env_turn, (_, index) in zip(advantages, turns)
+            TurnAdvantages([credit.advantages[t] for t in index] if index else credit.advantages)
+            for credit, (_, index) in zip(records, turns)
         ]
 
 

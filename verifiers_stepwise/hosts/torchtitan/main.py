@@ -5,10 +5,14 @@ episodes in torchtitan but gives only a rollout's last turn a reward
 (``env_rewards["verifiers_reward"] = trace.reward``) and estimates one advantage per rollout.
 ``StepwiseVerifiersRollouter`` is that rollouter with two changes:
 
-- ``trace_to_rollout_turns`` calls torchtitan's own conversion, checks that its turns are the
-  trace's sampled spans token for token (``label_rollout_turns``; a mismatch is an error), and
-  writes each verifiers turn's reward and turn index into ``env_rewards``, as this package's
-  0.3.0 rollouter does (``hosts.torchtitan.turns``);
+- ``trace_to_rollout_turns`` calls torchtitan's own conversion and checks that its turns are
+  the trace's sampled spans token for token (``check_rollout_turns``; a mismatch is an error);
+- its advantage step credits the group's verifiers episodes with ``traces.credit.score_group``
+  (the estimator of its ``StepwiseAdvantage``; anchor states included) and lays each trace's
+  credit record out on its rollout's turns (``turns.lay_out_credit``), as this package's 0.3.0
+  rollouter does: each span gets its verifiers turn's advantage, the turns are labelled from
+  the record for torchtitan's logs, and an errored episode is out of the baseline and trains
+  nothing. The rollout's trace is the one ``Rollout.logs["verifiers_trace_id"]`` names;
 - its config's ``advantage`` is ``StepwiseAdvantage.Config`` (every estimator option its own
   flag); pair it with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's
   ``async_loop.training_sample_builder``.
@@ -40,7 +44,7 @@ import importlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.hosts.torchtitan import (
     Scalar,
     StepwiseAdvantage,
@@ -49,7 +53,8 @@ from verifiers_stepwise.hosts.torchtitan import (
     requires_torchtitan,
     stepwise_advantage,
 )
-from verifiers_stepwise.hosts.torchtitan.turns import label_rollout_turns
+from verifiers_stepwise.hosts.torchtitan.turns import check_rollout_turns, lay_out_credit
+from verifiers_stepwise.traces.credit import score_group
 
 __all__ = [
     "StepwiseVerifiersRollouter",
@@ -91,12 +96,45 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
             _base.VerifiersRollouter.Config.__post_init__(self)
             _refuse_a_task_cap_verifiers_cannot_apply(self)
 
-    @staticmethod
-    def trace_to_rollout_turns(*, trace: Any, **kwargs: Any) -> list:
+    _advantage_estimator: Any  # the base class's: StepwiseAdvantage, then _lay_out_credit
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self._estimator = self._advantage_estimator.estimator
+        self._advantage_estimator = self._lay_out_credit  # what the base class calls on a group
+        # by trace id, from a rollout's conversion until its group is credited
+        self._nodes: dict[str, list[int]] = {}
+        self._episodes: dict[str, Any] = {}
+
+    def trace_to_rollout_turns(self, *, trace: Any, **kwargs: Any) -> list:
         turns = _base.VerifiersRollouter.trace_to_rollout_turns(trace=trace, **kwargs)
-        if trace.ok:  # an errored trace's turn data may stop mid-turn; it scores error_reward
-            label_rollout_turns(trace, turns)
+        # an errored trace's turn data may stop mid-turn; its record excludes it, and it trains nothing
+        self._nodes[trace.id] = check_rollout_turns(trace, turns) if trace.ok else []
         return turns
+
+    def rollout_status(self, *, verifiers_episode: Any, trace: Any) -> Any:
+        self._episodes[trace.id] = verifiers_episode
+        return _base.VerifiersRollouter.rollout_status(verifiers_episode=verifiers_episode, trace=trace)
+
+    def _lay_out_credit(self, group: Any) -> list:
+        """Each rollout's advantages from its trace's credit record, ``score_group`` on the group."""
+        played = []
+        for rollout in group.rollouts:
+            trace_id = (getattr(rollout, "logs", None) or {}).get("verifiers_trace_id")
+            if trace_id not in self._episodes:
+                raise HostMismatch(
+                    f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} names no verifiers trace "
+                    "this rollouter converted (Rollout.logs['verifiers_trace_id']); torchtitan's VerifiersRollouter "
+                    "changed, update verifiers_stepwise.hosts.torchtitan.main"
+                )
+            played.append((rollout, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
+        records = iter(score_group([episode for _, episode, _ in played], self._estimator))
+        advantages = []
+        for rollout, episode, nodes in played:
+            (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+            where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
+            advantages.append(lay_out_credit(credit, rollout.turns, nodes, where))
+        return advantages
 
 
 def _refuse_a_task_cap_verifiers_cannot_apply(config: Any) -> None:

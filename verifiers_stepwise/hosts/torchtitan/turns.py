@@ -1,9 +1,13 @@
-"""Which verifiers turn each torchtitan turn of a trace belongs to, and its reward.
+"""Which verifiers turn each torchtitan turn of a trace belongs to, and its credit.
 
 Shared by both Verifiers rollouters: this package's for torchtitan 0.3.0
 (``hosts.torchtitan.verifiers``, which makes the turns) and torchtitan main's own (PR #4356,
-``hosts.torchtitan.main``, which labels the turns torchtitan made). Imports no torchtitan
-module, so it loads on either layout; it only reads and writes ``RolloutTurn.env_rewards``.
+``hosts.torchtitan.main``, which checks the turns torchtitan made). Both score a group with
+``traces.credit.score_group`` and lay each trace's credit record out on its torchtitan turns
+(``lay_out_credit``): the record is the one place a turn's reward becomes its advantage.
+``label_turns`` writes a trace's turn rewards into ``env_rewards`` for ``StepwiseAdvantage``
+to read back, for a rollouter of one's own that has no record. Imports no torchtitan module
+beyond ``hosts.torchtitan``, so it loads on either layout.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD
+from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, TurnAdvantages
+from verifiers_stepwise.traces.credit import Credit
 from verifiers_stepwise.traces.turns import read_turns
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
 
-__all__ = ["Span", "label_rollout_turns", "label_turns", "sampled_spans"]
+__all__ = ["Span", "check_rollout_turns", "label_rollout_turns", "label_turns", "lay_out_credit", "sampled_spans"]
 
 
 class Span(NamedTuple):
@@ -75,10 +80,41 @@ def label_turns(trace: vf.Trace, turns: list[Any], nodes: list[int]) -> None:
         last[t].env_rewards[TURN_REWARD] = reward
 
 
-def label_rollout_turns(trace: vf.Trace, turns: list[Any]) -> None:
-    """``label_turns`` for turns another converter made from ``trace`` (torchtitan main's
-    ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over every
-    branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
+def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], where: str) -> TurnAdvantages:
+    """One rollout's advantages, laid out from its trace's credit record (``score_group``'s):
+    torchtitan turn k, made from sampled node ``nodes[k]``, gets A_t of the verifiers turn t
+    whose nodes hold that node. The turns are labelled for torchtitan's logs from the same
+    record: ``env_rewards["turn_index"]`` = t on each, ``env_rewards["turn_reward"]`` = r_t on
+    the last of turn t's.
+
+    A rollout with no record (its episode failed in transport) or one the record excludes
+    (an errored episode: ``score_group`` keeps it out of its group's baseline) gets 0 on every
+    turn, so it trains nothing. Raises RewardError when a turn with a reward produced no
+    sampled token (its credit would be lost)."""
+    if credit is None or credit.excluded is not None:
+        return TurnAdvantages([0.0] * max(len(turns), 1))
+    if not turns:  # the model never spoke: one turn without tokens, nothing to credit
+        return TurnAdvantages(credit.advantages)
+    held = credit.nodes or []
+    turn_of = {i: t for t, of_turn in enumerate(held) for i in of_turn}
+    last: dict[int, Any] = {}
+    per_turn = []
+    for turn, node in zip(turns, nodes, strict=True):
+        t = turn_of[node]
+        turn.env_rewards[TURN_INDEX] = float(t)
+        last[t] = turn
+        per_turn.append(credit.advantages[t])
+    for t, reward in enumerate(credit.rewards):
+        if t not in last:
+            raise RewardError(f"{where}: turn {t} (reward {reward}) has no sampled tokens to credit")
+        last[t].env_rewards[TURN_REWARD] = reward
+    return TurnAdvantages(per_turn)
+
+
+def check_rollout_turns(trace: vf.Trace, turns: list[Any]) -> list[int]:
+    """The sampled node of each torchtitan turn another converter made from ``trace`` (torchtitan
+    main's ``VerifiersRollouter.trace_to_rollout_turns``): they must be its ``sampled_spans`` over
+    every branch, token for token, or this raises ValueError instead of crediting the wrong turn."""
     spans = sampled_spans(trace, trainable_only=False)
     made = [turn.completion_token_ids for turn in turns]
     expected = [span.branch.token_ids[span.start : span.stop] for span in spans]
@@ -87,7 +123,12 @@ def label_rollout_turns(trace: vf.Trace, turns: list[Any]) -> None:
             f"trace {trace.id}: {len(made)} torchtitan turns do not match its {len(expected)} sampled spans; "
             "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan.turns"
         )
-    label_turns(trace, turns, [span.node for span in spans])
+    return [span.node for span in spans]
+
+
+def label_rollout_turns(trace: vf.Trace, turns: list[Any]) -> None:
+    """``label_turns`` for turns another converter made from ``trace`` (``check_rollout_turns``)."""
+    label_turns(trace, turns, check_rollout_turns(trace, turns))
 
 
 def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:

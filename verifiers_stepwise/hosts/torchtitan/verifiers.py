@@ -14,15 +14,18 @@ after 0.3.0), rebuilt for the 0.3.0 release and with per-turn rewards carried th
    controller's ``GenerateFn`` (torchtitan's generator) and records its policy versions.
 3. Each trace becomes one torchtitan ``Rollout``: every contiguous span of sampled tokens is a
    ``RolloutTurn`` (prompt = the branch's tokens before it, so torchtitan packs a linear trace
-   into one sample); a node shared by two branches is trained once. Turn t's reward from
-   ``trace.info["turn_rewards"]``/``["turn_nodes"]`` is written on the last span of turn t
-   (``env_rewards["turn_reward"]``) and every span of turn t names it
-   (``env_rewards["turn_index"]``), so a turn with several sampled replies (tool calls) is one
-   env turn. A trace without ``turn_rewards`` names no turns: its spans are turns with reward
-   0 and the last the trace reward — what ``traces.credit.score_group`` does with it.
-4. torchtitan scores (``VerifiersReward`` returns the trace reward) and estimates:
-   ``StepwiseAdvantage`` + ``StepwiseTrainingSampleBuilder`` (``hosts.torchtitan``) put
-   A_{j,t} on turn t's tokens.
+   into one sample); a node shared by two branches is trained once.
+4. torchtitan's rubric scores each rollout (``VerifiersReward`` returns the trace reward), and
+   the group's episodes are credited by ``traces.credit.score_group`` with the estimator of
+   ``StepwiseAdvantage`` (anchor states included, for ``gigpo``): one credit record per trace,
+   kept on it as ``trace.info["stepwise_credit"]``. Each rollout's advantage is that record laid
+   out on its turns (``turns.lay_out_credit``): the span of a sampled node gets the advantage of
+   the verifiers turn holding the node, so a turn with several sampled replies (tool calls) is
+   one env turn; the turns are labelled from the record for torchtitan's logs
+   (``env_rewards["turn_index"]`` on each span of turn t, ``["turn_reward"]`` r_t on its last).
+   ``StepwiseTrainingSampleBuilder`` puts A_{j,t} on turn t's tokens. As everywhere
+   ``score_group`` runs, an errored episode is out of its group's baseline and trains nothing
+   (0 on its tokens), whatever the rubric's ``error_reward``.
 
 Checked against torchtitan 0.3.0 (``Rollouter``, ``RolloutTurn``, ``Rubric``) and verifiers
 0.4.0 (``EnvServer``, ``EnvClient``, ``TrainClientConfig``, ``Trace.branches``).
@@ -43,7 +46,14 @@ from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
 from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
-from verifiers_stepwise.hosts.torchtitan.turns import Span, label_rollout_turns, label_turns, sampled_spans
+from verifiers_stepwise.hosts.torchtitan.turns import (
+    Span,
+    label_rollout_turns,
+    label_turns,
+    lay_out_credit,
+    sampled_spans,
+)
+from verifiers_stepwise.traces.credit import score_group
 
 if RL_PACKAGE != "torchtitan.experiments.rl":
     # main's Rollouter has its own lifecycle (setup_async, no renderer per group) and rollouter
@@ -313,7 +323,7 @@ class VerifiersRollouter(Rollouter):
         client, train_client = await self._start(renderer)
         route = self._route(generate_fn, sampling)
         train_client = train_client.model_copy(update={"headers": {ROUTE_HEADER: route.key}})
-        rollouts = await asyncio.gather(
+        played = await asyncio.gather(
             *(
                 self._rollout(
                     client,
@@ -326,18 +336,26 @@ class VerifiersRollouter(Rollouter):
                 for j in range(group_size)
             )
         )
+        rollouts = [rollout for rollout, _, _ in played]
         outputs = await self.score_group(rollouts, sample)
         for rollout, output in zip(rollouts, outputs, strict=True):
             rollout.reward = output.reward
             rollout.reward_breakdown = output.reward_breakdown
-        group = RolloutGroup(group_id=group_id, rollouts=rollouts)
-        for rollout, advantage in zip(rollouts, self.advantage_estimator(group), strict=True):
-            rollout.advantage = advantage
-        return group
+        episodes = [episode for _, episode, _ in played if episode is not None]
+        records = iter(score_group(episodes, self.advantage_estimator.estimator))
+        for rollout, episode, nodes in played:
+            credit = None
+            if episode is not None:  # its one trainable trace's record
+                (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+            where = f"torchtitan rollout {group_id}/rollout={rollout.rollout_id}"
+            rollout.advantage = lay_out_credit(credit, rollout.turns, nodes, where)
+        return RolloutGroup(group_id=group_id, rollouts=rollouts)
 
     async def _rollout(
         self, client: Any, train_client: Any, sample: dict, sampling: SamplingConfig, group_id: int, j: int
-    ) -> Rollout:
+    ) -> tuple[Rollout, vf.Episode | None, list[int]]:
+        """One episode as a torchtitan rollout, with the episode (None when it failed in
+        transport) and the sampled node each of the rollout's turns came from."""
         import verifiers.v1 as vf
 
         try:
@@ -355,21 +373,18 @@ class VerifiersRollouter(Rollouter):
             )
         except Exception:  # the env server or the transport failed: an errored rollout, the run goes on
             logger.exception("verifiers episode %s/rollout=%d failed", group_id, j)
-            return Rollout(group_id=group_id, rollout_id=j, status=RolloutStatus.ERROR)
+            return Rollout(group_id=group_id, rollout_id=j, status=RolloutStatus.ERROR), None, []
         traces = [trace for trace in episode.traces if trace.agent.trainable]
         if len(traces) != 1:
             raise ValueError(f"VerifiersRollouter trains one agent per episode; {len(traces)} traces are trainable")
         (trace,) = traces
         versions = self._versions.pop(trace.id, _Versions())
-        # An errored episode's turn data may stop mid-turn; it is trained as torchtitan trains
-        # an errored rollout: its tokens, and the rubric's error_reward as its final reward.
-        ok = episode.ok and trace.ok
-        turns = trace_to_turns(
-            trace, group_id=group_id, rollout_id=j, versions=(versions.low, versions.high), per_turn=ok
-        )
+        spans = sampled_spans(trace)
+        turns = _turns(trace, spans, group_id=group_id, rollout_id=j, versions=(versions.low, versions.high))
         if turns:
             turns[0].metrics.extend(versions.metrics)
-        return Rollout(group_id=group_id, rollout_id=j, turns=turns, status=_status(ok, trace, turns))
+        status = _status(episode.ok and trace.ok, trace, turns)
+        return Rollout(group_id=group_id, rollout_id=j, turns=turns, status=status), episode, [s.node for s in spans]
 
     async def episode(self, env: Any, **run: Any) -> vf.Episode:
         """One verifiers episode through the env server (a seam for logging or inspection)."""
@@ -444,9 +459,25 @@ def trace_to_turns(
     versions: tuple[int | None, int | None] = (None, None),
     per_turn: bool = True,
 ) -> list[RolloutTurn]:
-    """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, credited by
-    ``label_turns`` (unless ``per_turn`` is False); the trace reward on the last one."""
+    """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, the trace
+    reward on the last one, and (unless ``per_turn`` is False) labelled with the trace's turn
+    rewards by ``label_turns``, for ``StepwiseAdvantage`` to read back: the path of a rollouter
+    of one's own. ``VerifiersRollouter`` credits its rollouts from the credit record instead."""
     spans = sampled_spans(trace)
+    out = _turns(trace, spans, group_id=group_id, rollout_id=rollout_id, versions=versions)
+    if per_turn:
+        label_turns(trace, out, [span.node for span in spans])
+    return out
+
+
+def _turns(
+    trace: vf.Trace,
+    spans: list[Span],
+    *,
+    group_id: int,
+    rollout_id: int,
+    versions: tuple[int | None, int | None],
+) -> list[RolloutTurn]:
     out: list[RolloutTurn] = []
     for span in spans:
         tokens, logprobs = span.branch.token_ids, span.branch.logprobs
@@ -461,8 +492,6 @@ def trace_to_turns(
                 completion_message=trace.nodes[span.node].message.model_dump(mode="json", exclude_none=True),
             )
         )
-    if per_turn:
-        label_turns(trace, out, [span.node for span in spans])
     if out:
         out[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
     return out
