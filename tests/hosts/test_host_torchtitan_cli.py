@@ -110,33 +110,6 @@ def test_stepwise_advantage_on_torchtitans_dapo_rollouter_takes_its_flags_once_w
         check_cli_flags(SimpleNamespace(rollouter=parse("--config", recipe)))
 
 
-class Controller:
-    """What the check relies on in torchtitan's ``Controller``: ``__init__(self, config)`` builds
-    ``config.rollouter`` (whose ``__init__`` builds its advantage). The real one needs vLLM."""
-
-    def __init__(self, config):
-        self.rollouter = config.rollouter.build()
-
-
-def test_the_documented_recipe_without_its_builder_line_is_an_error_not_a_broadcast():
-    """Regression (#25): docs/torchtitan.md's own-recipe snippet on torchtitan's plain
-    ``Controller.Config`` without the builder line gave every token turn 0's advantage. Building
-    the controller now raises, naming the builder."""
-    rollouter = VerifiersRollouter.Config(
-        taskset="stepwise-dapo-math",
-        env_args={"max_turns": 3, "taskset.limit": 100},
-        advantage=stepwise_advantage(gamma=0.9, scale="none"),
-    )
-    config = SimpleNamespace(
-        rollouter=rollouter, async_loop=SimpleNamespace(training_sample_builder=TrainingSampleBuilder.Config())
-    )
-    with pytest.raises(ConfigError, match=r"set async_loop\.training_sample_builder=StepwiseTrainingSampleBuilder"):
-        Controller(config)
-    config.async_loop.training_sample_builder = StepwiseTrainingSampleBuilder.Config()
-    Controller(config)
-    rollouter.build()  # a rollouter built outside a controller (tests, tools) is not checked
-
-
 @pytest.mark.skipif(all(importlib.util.find_spec(name) for name in GPU_ONLY), reason="GPU stack installed")
 @pytest.mark.parametrize("recipe", ["rl_stepwise_dapo_qwen3_4b_math", "rl_stepwise_verifiers_dapo_qwen3_4b_math"])
 def test_the_real_recipe_names_the_missing_dependency(recipe):
