@@ -50,9 +50,10 @@ def test_estimator_options_and_env_args_override_the_verifiers_recipe():
 
 
 def test_max_attempts_sets_the_turn_cap_of_the_native_recipe():
+    # the env ends the episode at its last attempt; torchtitan's own turn cap stays unset
     config = parse("--config", "native_rollouter", "--message_env.max_attempts", "6")
-    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (6, 6)
-    assert parse("--config", "native_rollouter").token_env.max_num_turns == 4
+    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (6, None)
+    assert parse("--config", "native_rollouter").token_env.max_num_turns is None
     assert parse("--config", "native_rollouter", "--advantage.options.gamma", "0.8").advantage.options["gamma"] == 0.8
 
 
@@ -66,6 +67,18 @@ def test_a_turn_cap_apart_from_the_attempts_is_refused_not_reset(capsys):
     assert "set --rollouter.message_env.max_attempts 3 instead" in printed
     config = parse("--config", "native_rollouter", "--token_env.max_num_turns", "3", "--message_env.max_attempts", "3")
     assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (3, 3)
+
+
+@pytest.mark.parametrize("attempts", ["6", "2"])
+def test_a_turn_cap_equal_to_the_default_attempts_is_refused_too(capsys, attempts):
+    """Regression (#25): a cap of 4 (the default attempts) beside other attempts was still reset
+    to the attempts without a word: it could not be told from no cap."""
+    with pytest.raises(SystemExit) as exit:
+        parse("--config", "native_rollouter", "--token_env.max_num_turns", "4", "--message_env.max_attempts", attempts)
+    assert exit.value.code == 2
+    printed = " ".join(capsys.readouterr().err.replace("│", " ").split())
+    assert f"token_env.max_num_turns 4 differs from message_env.max_attempts {attempts}" in printed
+    assert "set --rollouter.message_env.max_attempts 4 instead" in printed
 
 
 def controller(advantage, builder):
