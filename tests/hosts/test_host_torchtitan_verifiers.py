@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -470,3 +471,129 @@ def test_a_process_that_never_closes_the_rollouter_still_exits(tmp_path):
     time.sleep(1)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the env server is gone too
+
+
+# -- a harness that needs uv, on a machine without it ---------------------------------------
+
+_BUILD_WITH_HARNESS = """
+import sys
+import tests.hosts.conftest
+from verifiers_stepwise import ConfigError
+from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
+for harness in sys.argv[1:]:
+    args = {"max_turns": 2} if harness == "default" else {"max_turns": 2, "agent.harness.id": harness}
+    try:
+        VerifiersRollouter.Config(taskset="stepwise-refine", env_args=args)
+    except ConfigError as error:
+        print("ConfigError:", error)
+    else:
+        print("built")
+"""
+
+
+def without_uv(tmp_path, *extra_path: Path) -> dict[str, str]:
+    """This environment with no ``uv`` on PATH (nor in ~/.local/bin: HOME is empty) and no package index."""
+    import os
+    import shutil
+
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not shutil.which("uv", path=p)]
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([*map(str, extra_path), *path]),
+        "HOME": str(home),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": "",
+        **{proxy: "http://127.0.0.1:9" for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")},
+    }
+
+
+def build_with_harness(env: dict[str, str], *harnesses: str) -> list[str]:
+    """What building the rollouter config with each harness id gives, in a fresh process."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD_WITH_HARNESS, *harnesses],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-len(harnesses) :]
+
+
+@pytest.mark.slow
+def test_a_harness_that_needs_uv_is_refused_up_front_where_there_is_none(tmp_path):
+    """Regression (#25): with the ``null`` harness and no uv (the dev install brings uv, and so hid
+    it), the config built, and every episode then failed in the env server while verifiers tried
+    to download uv (offline: errored rollouts, nothing trained). The config now refuses, naming
+    the in-process harness; with uv on PATH, or with this package's harness, it builds."""
+    refused, default, chat = build_with_harness(without_uv(tmp_path), "null", "default", "stepwise-chat")
+    assert refused.startswith("ConfigError: rollouter env 'stepwise-refine': agent 'agent' runs verifiers' 'null'")
+    assert "agent.harness.id = 'stepwise-chat'" in refused and "pip install uv" in refused
+    assert (default, chat) == ("built", "built")  # stepwise-refine's own harness is stepwise-chat
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "uv").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "uv").chmod(0o755)
+    assert build_with_harness(without_uv(tmp_path, fake), "null") == ["built"]
+
+
+_PREPARE_THE_NULL_PROGRAM = """
+import asyncio
+from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+from verifiers.v1.runtimes.subprocess import SubprocessConfig, SubprocessRuntime
+async def prepare():
+    runtime = SubprocessRuntime(SubprocessConfig())
+    await runtime.start()
+    await runtime.prepare_uv_script(CHAT_PROGRAM_SOURCE, {})
+try:
+    asyncio.run(prepare())
+except Exception as error:
+    print(type(error).__name__, error)
+else:
+    print("prepared")
+"""
+
+
+@pytest.mark.slow
+def test_without_uv_offline_the_null_harness_cannot_prepare_its_program(tmp_path):
+    """What the refusal above saves a user from: verifiers' ``null`` harness setup, as its env
+    server runs it, without uv and without the network."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PREPARE_THE_NULL_PROGRAM],
+        env=without_uv(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.stdout.strip().splitlines()[-1].startswith("RuntimeError failed to prepare uv script"), done.stdout
+
+
+def test_the_harnesses_that_need_uv_are_verifiers_own_list():
+    """``UV_HARNESSES`` is every built-in harness of the installed verifiers whose code runs a uv
+    program (read from its source)."""
+    import importlib.util
+
+    from verifiers_stepwise.envs.harness import UV_HARNESSES
+
+    (root,) = importlib.util.find_spec("verifiers.v1.harnesses").submodule_search_locations
+    uses_uv = {
+        folder.name
+        for folder in Path(root).iterdir()
+        if folder.is_dir()
+        and folder.name != "utils"  # the helpers (launch_chat_program itself), not a harness
+        and any(
+            "prepare_uv_script" in text or "launch_chat_program" in text
+            for text in (f.read_text() for f in folder.glob("*.py"))
+        )
+    }
+    assert uses_uv == set(UV_HARNESSES)
