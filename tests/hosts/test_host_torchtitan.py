@@ -394,11 +394,12 @@ def test_rollout_through_torchtitans_rollouter():
         )
 
     problem = DapoMathSample(prompt="What is 3 + 4?", ground_truth="7")
-    rollouter = StepwiseDapoMathRollouter.Config(
+    config = StepwiseDapoMathRollouter.Config(
         train_dataset=_Problems.Config(samples=[problem]),
         validation_dataset=_Problems.Config(samples=[problem]),
         message_env=StepwiseDapoMathEnv.Config(max_attempts=3),
-    ).build()
+    )
+    rollouter = config.build()
     group = asyncio.run(
         rollouter.run_group_rollouts(
             generate_fn=generate,
@@ -411,6 +412,9 @@ def test_rollout_through_torchtitans_rollouter():
     )
     rewards = [[turn.env_rewards["turn_reward"] for turn in r.turns] for r in group.rollouts]
     assert rewards == [[0.0, 1.0], [0.0, 0.0, 0.0], [1.0]]
+    # the env ends an episode at its last attempt: completed, with no torchtitan turn cap set
+    assert config.token_env.max_num_turns is None
+    assert [r.status for r in group.rollouts] == [RolloutStatus.COMPLETED] * 3
     assert [r.reward for r in group.rollouts] == [1.0, 0.0, 1.0]  # torchtitan's rubric
     expected = get_estimator("stepwise", scale="none")(rewards)
     assert [list(r.advantage.per_turn) for r in group.rollouts] == expected

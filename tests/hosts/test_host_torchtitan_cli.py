@@ -50,9 +50,10 @@ def test_estimator_options_and_env_args_override_the_verifiers_recipe():
 
 
 def test_max_attempts_sets_the_turn_cap_of_the_native_recipe():
+    # the env ends the episode at its last attempt; torchtitan's own turn cap stays unset
     config = parse("--config", "native_rollouter", "--message_env.max_attempts", "6")
-    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (6, 6)
-    assert parse("--config", "native_rollouter").token_env.max_num_turns == 4
+    assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (6, None)
+    assert parse("--config", "native_rollouter").token_env.max_num_turns is None
     assert parse("--config", "native_rollouter", "--advantage.options.gamma", "0.8").advantage.options["gamma"] == 0.8
 
 
@@ -66,6 +67,18 @@ def test_a_turn_cap_apart_from_the_attempts_is_refused_not_reset(capsys):
     assert "set --rollouter.message_env.max_attempts 3 instead" in printed
     config = parse("--config", "native_rollouter", "--token_env.max_num_turns", "3", "--message_env.max_attempts", "3")
     assert (config.message_env.max_attempts, config.token_env.max_num_turns) == (3, 3)
+
+
+@pytest.mark.parametrize("attempts", ["6", "2"])
+def test_a_turn_cap_equal_to_the_default_attempts_is_refused_too(capsys, attempts):
+    """Regression (#25): a cap of 4 (the default attempts) beside other attempts was still reset
+    to the attempts without a word: it could not be told from no cap."""
+    with pytest.raises(SystemExit) as exit:
+        parse("--config", "native_rollouter", "--token_env.max_num_turns", "4", "--message_env.max_attempts", attempts)
+    assert exit.value.code == 2
+    printed = " ".join(capsys.readouterr().err.replace("│", " ").split())
+    assert f"token_env.max_num_turns 4 differs from message_env.max_attempts {attempts}" in printed
+    assert "set --rollouter.message_env.max_attempts 4 instead" in printed
 
 
 def controller(advantage, builder):
@@ -108,33 +121,6 @@ def test_stepwise_advantage_on_torchtitans_dapo_rollouter_takes_its_flags_once_w
     assert checked.rollouter.advantage == bare.advantage  # its options kept
     for recipe in ("verifiers_rollouter", "native_rollouter"):  # the recipes' own rollouters pass
         check_cli_flags(SimpleNamespace(rollouter=parse("--config", recipe)))
-
-
-class Controller:
-    """What the check relies on in torchtitan's ``Controller``: ``__init__(self, config)`` builds
-    ``config.rollouter`` (whose ``__init__`` builds its advantage). The real one needs vLLM."""
-
-    def __init__(self, config):
-        self.rollouter = config.rollouter.build()
-
-
-def test_the_documented_recipe_without_its_builder_line_is_an_error_not_a_broadcast():
-    """Regression (#25): docs/torchtitan.md's own-recipe snippet on torchtitan's plain
-    ``Controller.Config`` without the builder line gave every token turn 0's advantage. Building
-    the controller now raises, naming the builder."""
-    rollouter = VerifiersRollouter.Config(
-        taskset="stepwise-dapo-math",
-        env_args={"max_turns": 3, "taskset.limit": 100},
-        advantage=stepwise_advantage(gamma=0.9, scale="none"),
-    )
-    config = SimpleNamespace(
-        rollouter=rollouter, async_loop=SimpleNamespace(training_sample_builder=TrainingSampleBuilder.Config())
-    )
-    with pytest.raises(ConfigError, match=r"set async_loop\.training_sample_builder=StepwiseTrainingSampleBuilder"):
-        Controller(config)
-    config.async_loop.training_sample_builder = StepwiseTrainingSampleBuilder.Config()
-    Controller(config)
-    rollouter.build()  # a rollouter built outside a controller (tests, tools) is not checked
 
 
 @pytest.mark.skipif(all(importlib.util.find_spec(name) for name in GPU_ONLY), reason="GPU stack installed")

@@ -13,17 +13,23 @@ its fields; its module imports vLLM).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import verifiers.v1 as vf
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
 from torchtitan.experiments.rl.renderer import RendererConfig
 from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus
 from torchtitan.experiments.rl.types import Completion
 
-from verifiers_stepwise import get_estimator, score_group
+from verifiers_stepwise import ConfigError, get_estimator, score_group
 from verifiers_stepwise.hosts.torchtitan import (
+    BROADCAST_FIX,
     TURN_REWARD,
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,
@@ -379,6 +385,88 @@ def test_env_args_nest_by_dots_and_a_bad_env_fails_at_config_time():
         env_config("stepwise-refine", {"max_turns": 3, "max_turns.x": 1})
 
 
+def own_recipe_snippet() -> str:
+    """docs/torchtitan.md's "In a recipe of your own" block, as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "torchtitan.md").read_text()
+    start = text.index("In a recipe of your own:")
+    return re.search(r"```python\n(.*?)```", text[start:], re.S)[1]
+
+
+@dataclass
+class AsyncLoop:
+    """The field of torchtitan's ``AsyncLoopConfig`` the snippet replaces, with its default
+    (``controller.py``, which imports vLLM, is read, not imported)."""
+
+    training_sample_builder: object = dataclasses.field(default_factory=TrainingSampleBuilder.Config)
+
+
+def test_asyncloops_default_builder_is_torchtitans():
+    import importlib.util
+    from pathlib import Path
+
+    (root,) = importlib.util.find_spec("torchtitan.experiments.rl").submodule_search_locations
+    source = " ".join((Path(root) / "controller.py").read_text().split())
+    default = "training_sample_builder: TrainingSampleBuilder.Config = field( "
+    default += "default_factory=TrainingSampleBuilder.Config )"
+    assert default in source
+
+
+@pytest.mark.parametrize("builder_line", [True, False])
+def test_the_documented_own_recipe_credits_per_token_or_refuses_without_its_builder_line(renderer, builder_line):
+    """Regression (#25): the snippet without its ``training_sample_builder`` line left torchtitan's
+    builder in place, which gave every token of a rollout its first turn's advantage (a wrong
+    first attempt then trained on the whole rollout's credit). Now torchtitan's own builder
+    refuses such a rollout, naming the line; with the line each token carries its turn's
+    ``score_group`` advantage."""
+    snippet = own_recipe_snippet()
+    line = re.search(r"async_loop = replace\(.*?\n\)\n", snippet, re.S)
+    assert line and "training_sample_builder=StepwiseTrainingSampleBuilder.Config()" in line[0]
+    if not builder_line:
+        snippet = snippet.replace(line[0], "async_loop = base.async_loop\n")
+    names = {"base": SimpleNamespace(async_loop=AsyncLoop())}
+    exec(snippet, names)  # noqa: S102 (the guide's code)
+    rollouter = dataclasses.replace(names["rollouter"], env_in_process=True).build()
+    builder = names["async_loop"].training_sample_builder.build()
+    sample = rollouter._train_dataset._tasks[0]
+    right = f"Answer: {sample['answer']}"
+    plans = {0: ["Answer: no", right], 1: [right], 2: ["Answer: no", "Answer: no", "Answer: no"]}
+    group, episodes = run_group(rollouter, renderer, plans, sample)
+    assert [len(r.turns) for r in group.rollouts] == [2, 1, 3]
+    if not builder_line:
+        assert type(builder) is TrainingSampleBuilder
+        with pytest.raises(ConfigError, match=re.escape(BROADCAST_FIX)):
+            builder.build_from_group(rollout_group=group)
+        return
+    estimator = get_estimator("stepwise", gamma=0.9, scale="none")
+    credit = [c.advantages for c in score_group(episodes, estimator)]
+    assert credit == [list(r.advantage.per_turn) for r in group.rollouts]
+    assert credit[0][0] != credit[0][1]  # the turns differ: a broadcast would be wrong
+    built = builder.build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+
+
+def test_torchtitans_builder_still_packs_its_own_and_one_turn_rollouts():
+    """The refusal is only for a multi-turn ``TurnAdvantages``: torchtitan's builder packs a
+    rollout its own estimator scored, and a one-turn one ``StepwiseAdvantage`` scored, as before."""
+    episodes = [tool_episode([0.0, 1.0]), tool_episode([0.5])]
+    native = titan_group(episodes, AdvantageEstimator.Config().build())
+    assert TrainingSampleBuilder.Config().build().build_from_group(rollout_group=native).training_samples
+    replies = []
+    for reward in (1.0, 0.0):
+        b = TraceBuilder()
+        b.sample("the answer")
+        replies.append(b.episode(reward=reward))
+    one_turn = titan_group(replies, StepwiseAdvantage.Config().build())
+    assert all(len(r.advantage.per_turn) == 1 for r in one_turn.rollouts)
+    assert TrainingSampleBuilder.Config().build().build_from_group(rollout_group=one_turn).training_samples
+    stepwise = titan_group(episodes, StepwiseAdvantage.Config().build())
+    with pytest.raises(ConfigError, match=r"rollout 0/rollout=0 carries StepwiseAdvantage's 3 turn advantages"):
+        TrainingSampleBuilder.Config().build().build_from_group(rollout_group=stepwise)
+
+
 @pytest.mark.slow
 def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     rollouter = VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"max_turns": 2}).build()
@@ -396,6 +484,7 @@ def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
 _STARTS_AND_EXITS = """
 import asyncio, sys
 import tests.hosts.conftest
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
 from torchtitan.experiments.rl.renderer import RendererConfig
 from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
@@ -427,3 +516,129 @@ def test_a_process_that_never_closes_the_rollouter_still_exits(tmp_path):
     time.sleep(1)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the env server is gone too
+
+
+# -- a harness that needs uv, on a machine without it ---------------------------------------
+
+_BUILD_WITH_HARNESS = """
+import sys
+import tests.hosts.conftest
+from verifiers_stepwise import ConfigError
+from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
+for harness in sys.argv[1:]:
+    args = {"max_turns": 2} if harness == "default" else {"max_turns": 2, "agent.harness.id": harness}
+    try:
+        VerifiersRollouter.Config(taskset="stepwise-refine", env_args=args)
+    except ConfigError as error:
+        print("ConfigError:", error)
+    else:
+        print("built")
+"""
+
+
+def without_uv(tmp_path, *extra_path: Path) -> dict[str, str]:
+    """This environment with no ``uv`` on PATH (nor in ~/.local/bin: HOME is empty) and no package index."""
+    import os
+    import shutil
+
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not shutil.which("uv", path=p)]
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([*map(str, extra_path), *path]),
+        "HOME": str(home),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": "",
+        **{proxy: "http://127.0.0.1:9" for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")},
+    }
+
+
+def build_with_harness(env: dict[str, str], *harnesses: str) -> list[str]:
+    """What building the rollouter config with each harness id gives, in a fresh process."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD_WITH_HARNESS, *harnesses],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-len(harnesses) :]
+
+
+@pytest.mark.slow
+def test_a_harness_that_needs_uv_is_refused_up_front_where_there_is_none(tmp_path):
+    """Regression (#25): with the ``null`` harness and no uv (the dev install brings uv, and so hid
+    it), the config built, and every episode then failed in the env server while verifiers tried
+    to download uv (offline: errored rollouts, nothing trained). The config now refuses, naming
+    the in-process harness; with uv on PATH, or with this package's harness, it builds."""
+    refused, default, chat = build_with_harness(without_uv(tmp_path), "null", "default", "stepwise-chat")
+    assert refused.startswith("ConfigError: rollouter env 'stepwise-refine': agent 'agent' runs verifiers' 'null'")
+    assert "agent.harness.id = 'stepwise-chat'" in refused and "pip install uv" in refused
+    assert (default, chat) == ("built", "built")  # stepwise-refine's own harness is stepwise-chat
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "uv").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "uv").chmod(0o755)
+    assert build_with_harness(without_uv(tmp_path, fake), "null") == ["built"]
+
+
+_PREPARE_THE_NULL_PROGRAM = """
+import asyncio
+from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+from verifiers.v1.runtimes.subprocess import SubprocessConfig, SubprocessRuntime
+async def prepare():
+    runtime = SubprocessRuntime(SubprocessConfig())
+    await runtime.start()
+    await runtime.prepare_uv_script(CHAT_PROGRAM_SOURCE, {})
+try:
+    asyncio.run(prepare())
+except Exception as error:
+    print(type(error).__name__, error)
+else:
+    print("prepared")
+"""
+
+
+@pytest.mark.slow
+def test_without_uv_offline_the_null_harness_cannot_prepare_its_program(tmp_path):
+    """What the refusal above saves a user from: verifiers' ``null`` harness setup, as its env
+    server runs it, without uv and without the network."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PREPARE_THE_NULL_PROGRAM],
+        env=without_uv(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.stdout.strip().splitlines()[-1].startswith("RuntimeError failed to prepare uv script"), done.stdout
+
+
+def test_the_harnesses_that_need_uv_are_verifiers_own_list():
+    """``UV_HARNESSES`` is every built-in harness of the installed verifiers whose code runs a uv
+    program (read from its source)."""
+    import importlib.util
+
+    from verifiers_stepwise.envs.harness import UV_HARNESSES
+
+    (root,) = importlib.util.find_spec("verifiers.v1.harnesses").submodule_search_locations
+    uses_uv = {
+        folder.name
+        for folder in Path(root).iterdir()
+        if folder.is_dir()
+        and folder.name != "utils"  # the helpers (launch_chat_program itself), not a harness
+        and any(
+            "prepare_uv_script" in text or "launch_chat_program" in text
+            for text in (f.read_text() for f in folder.glob("*.py"))
+        )
+    }
+    assert uses_uv == set(UV_HARNESSES)

@@ -59,9 +59,11 @@ import functools
 import json
 import math
 import re
+import shutil
 import ssl
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import certifi
@@ -72,9 +74,24 @@ from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
-from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp, require_mcp_tools
+from verifiers_stepwise.envs.compat import (
+    agent_config_fields,
+    bound_tool_message,
+    call_mcp,
+    connect_mcp,
+    require_mcp_tools,
+)
+from verifiers_stepwise.errors import ConfigError
 
-__all__ = ["ChatSession", "ModelCallError", "StepwiseChatConfig", "StepwiseChatHarness", "strip_think"]
+__all__ = [
+    "UV_HARNESSES",
+    "ChatSession",
+    "ModelCallError",
+    "StepwiseChatConfig",
+    "StepwiseChatHarness",
+    "refuse_a_uv_harness_without_uv",
+    "strip_think",
+]
 
 HARNESS_ID = "stepwise-chat"
 MAX_BACKOFF = 8.0
@@ -82,6 +99,37 @@ MAX_BACKOFF = 8.0
 _DIALECT = ChatDialect()
 _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 _OPEN_THINK = re.compile(r"<think>.*\Z", re.DOTALL)
+
+
+UV_HARNESSES = ("null", "bash", "terminus_2", "mini_swe_agent", "browser_use")
+"""verifiers 0.4.0's built-in harnesses that run their program with uv (``Runtime.prepare_uv_script``:
+``uv sync --script``, then the script's interpreter); ``bash`` is also the harness of an agent
+that names none and whose taskset brings none."""
+
+
+def refuse_a_uv_harness_without_uv(environment: Any, where: str) -> None:
+    """Raise ConfigError when an agent of ``environment`` (a resolved verifiers ``EnvConfig``)
+    runs one of ``UV_HARNESSES`` on the local ``subprocess`` runtime and no ``uv`` is on ``PATH``
+    (or in ``~/.local/bin``, where verifiers installs it): verifiers would then fetch uv (pip,
+    else curl) at the first episode, inside the env server, and offline every episode would
+    fail there, errored rollouts instead of a stopped run. A container runtime brings its own
+    uv and is not checked. With uv present the first episode still needs the package index
+    (or a warm uv cache) for the program's dependencies; that is not checked."""
+    from verifiers.v1.utils.loaders import default_harness_id
+
+    if shutil.which("uv") or shutil.which("uv", path=str(Path.home() / ".local" / "bin")):
+        return
+    taskset = getattr(getattr(environment, "taskset", None), "id", "") or ""
+    for name, agent in agent_config_fields(environment).items():
+        harness = agent.harness.id if agent.harness is not None else default_harness_id(taskset)
+        if harness in UV_HARNESSES and isinstance(agent.runtime, vf.SubprocessConfig):
+            raise ConfigError(
+                f"{where}: agent {name!r} runs verifiers' {harness!r} harness on the subprocess runtime, "
+                "which runs its program with uv, and no uv is on PATH: verifiers would download uv at the "
+                "first episode, and offline every episode would fail. Use this package's in-process "
+                f"harness ({name}.harness.id = {HARNESS_ID!r}: no uv, no package index), or install uv "
+                "(pip install uv) and run the first episode where the package index is reachable"
+            )
 
 
 class StepwiseChatConfig(vf.HarnessConfig):

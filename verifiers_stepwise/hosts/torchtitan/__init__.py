@@ -37,7 +37,9 @@ Two ``Configurable`` components, both needed:
   ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
   signal) but tests per-turn credit instead of final rewards: a group is dropped only when
   every completion token of every rollout carries advantage 0, so a group with equal final
-  rewards whose turns still differ is trained.
+  rewards whose turns still differ is trained. Without it, torchtitan's builder would put the
+  first turn's advantage on every token; this module makes torchtitan's builder refuse a
+  multi-turn ``TurnAdvantages`` rollout instead, naming the fix (``refuse_the_broadcast``).
 
 With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
 ``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
@@ -51,7 +53,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
-from types import FrameType
 from typing import Any
 
 from verifiers_stepwise.errors import ConfigError, HostMismatch
@@ -114,6 +115,7 @@ with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
         RL_PACKAGE = RL_PACKAGES[1]
 
 __all__ = [
+    "BROADCAST_FIX",
     "GPU_ONLY",
     "RL_PACKAGE",
     "Scalar",
@@ -126,6 +128,7 @@ __all__ = [
     "check_cli_flags",
     "env_config",
     "env_turns",
+    "refuse_the_broadcast",
     "requires_torchtitan",
     "stepwise_advantage",
     "with_stepwise_advantage",
@@ -240,7 +243,6 @@ class StepwiseAdvantage(Configurable):
     def __init__(self, config: Config) -> None:
         self.turn_reward_key = config.turn_reward_key
         self.estimator = estimator_from(config)
-        _check_the_controller_building(config)
 
     def __call__(self, group: RolloutGroup) -> list[TurnAdvantages]:
         """One ``TurnAdvantages`` per rollout, in group order."""
@@ -275,7 +277,9 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
     """``AsyncLoopConfig.training_sample_builder``: turn t's completion tokens get A_{j,t}.
 
     Needs ``StepwiseAdvantage`` as the rollouter's advantage; anything else is an error that
-    says so (torchtitan's own builder would silently broadcast one value to every turn).
+    says so. The converse holds too: torchtitan's own builder (or any builder not derived from
+    this one) refuses a multi-turn rollout ``StepwiseAdvantage`` scored, naming this builder,
+    where it would broadcast turn 0's value to every turn (``refuse_the_broadcast``).
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -341,6 +345,47 @@ def _per_turn(rollout: Rollout) -> tuple[float, ...]:
     return advantage.per_turn
 
 
+BROADCAST_FIX = (
+    "set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder.Config() "
+    "(verifiers_stepwise.hosts.torchtitan)"
+)
+
+
+def refuse_the_broadcast(rollout_to_training_samples: Any) -> Any:
+    """torchtitan's ``TrainingSampleBuilder.rollout_to_training_samples``, refusing a rollout of
+    several turns whose advantage ``StepwiseAdvantage`` computed (a ``TurnAdvantages``) unless
+    the builder is a ``StepwiseTrainingSampleBuilder``: torchtitan's packing writes
+    ``rollout.advantage`` (turn 0's) on every completion token, so any other builder would
+    train every turn on turn 0's advantage. Installed on torchtitan's class when this module is
+    imported, which every ``TurnAdvantages`` needs (it pickles by reference to this module), so
+    the check holds whatever config built the builder; torchtitan's controller does not catch
+    a builder's error, so the run stops at the first such rollout. A one-turn rollout packs
+    the same either way and passes."""
+    if getattr(rollout_to_training_samples, "refuses_the_broadcast", False):
+        return rollout_to_training_samples
+
+    def guarded(self: Any, rollout: Rollout) -> list[TrainingSample]:
+        advantage = rollout.advantage
+        if (
+            isinstance(advantage, TurnAdvantages)
+            and len(advantage.per_turn) > 1
+            and not isinstance(self, StepwiseTrainingSampleBuilder)
+        ):
+            raise ConfigError(
+                f"rollout {rollout.group_id}/rollout={rollout.rollout_id} carries StepwiseAdvantage's "
+                f"{len(advantage.per_turn)} turn advantages, but the training-sample builder is "
+                f"{type(self).__qualname__}, which would give every token turn 0's ({float(advantage)!r}); "
+                f"{BROADCAST_FIX}"
+            )
+        return rollout_to_training_samples(self, rollout)
+
+    guarded.refuses_the_broadcast = True  # type: ignore[attr-defined]
+    guarded.__wrapped__ = rollout_to_training_samples  # type: ignore[attr-defined]
+    guarded.__name__ = guarded.__qualname__ = "rollout_to_training_samples"
+    guarded.__doc__ = rollout_to_training_samples.__doc__
+    return guarded
+
+
 def check_credit(config: Any) -> None:
     """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
     ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
@@ -348,9 +393,9 @@ def check_credit(config: Any) -> None:
     once the first group arrives). Reads ``config.rollouter.advantage`` and
     ``config.async_loop.training_sample_builder``.
 
-    Also run, on torchtitan's own ``Controller.Config``, when the controller builds the
-    rollouter (``StepwiseAdvantage.__init__``), so a recipe that is not a
-    ``StepwiseController.Config`` cannot broadcast either."""
+    A recipe that is not a ``StepwiseController.Config`` (torchtitan's own ``Controller.Config``)
+    is not checked here; its first multi-turn rollout stops the run in torchtitan's builder
+    instead (``refuse_the_broadcast``)."""
 
     stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
     builder = config.async_loop.training_sample_builder
@@ -384,24 +429,6 @@ def check_cli_flags(config: Any) -> None:
             "flags for StepwiseAdvantage; wrap the rollouter config: "
             "verifiers_stepwise.hosts.torchtitan.with_stepwise_advantage(rollouter, **options)"
         )
-
-
-def _check_the_controller_building(advantage: StepwiseAdvantage.Config) -> None:
-    """``check_credit`` on the torchtitan ``Controller.Config`` whose controller is building this
-    advantage, if one is. torchtitan gives a component no view of the controller's config, but
-    its ``Controller.__init__(self, config)`` builds the rollouter, which builds its advantage,
-    so that config is a local ``config`` of a frame above; a plain torchtitan
-    ``Controller.Config`` (a user's own recipe) otherwise runs no check at all."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(32):  # a few build() and __init__ frames; never the whole stack
-        if frame is None:
-            return
-        config = frame.f_locals.get("config")
-        rollouter = getattr(config, "rollouter", None)
-        if hasattr(config, "async_loop") and getattr(rollouter, "advantage", None) == advantage:
-            check_credit(config)
-            return
-        frame = frame.f_back
 
 
 def with_stepwise_advantage(rollouter: Any, **options: float | int | str | bool) -> Any:
@@ -456,3 +483,8 @@ def _annotated_advantage(config_class: type) -> Any:
                 return None
         return annotation
     return None
+
+
+TrainingSampleBuilder.rollout_to_training_samples = refuse_the_broadcast(
+    TrainingSampleBuilder.rollout_to_training_samples
+)

@@ -104,23 +104,25 @@ class StepwiseDapoMathRollouter(DapoMathRollouter):
     @dataclass(kw_only=True, slots=True)
     class Config(DapoMathRollouter.Config):
         message_env: StepwiseDapoMathEnv.Config = field(default_factory=StepwiseDapoMathEnv.Config)
-        token_env: TokenEnv.Config = field(
-            default_factory=lambda: TokenEnv.Config(max_rollout_tokens=10240, max_num_turns=DEFAULT_ATTEMPTS)
-        )
+        token_env: TokenEnv.Config = field(default_factory=lambda: TokenEnv.Config(max_rollout_tokens=10240))
+        """``max_num_turns`` stays unset (None): the env ends an episode at its last attempt
+        (``message_env.max_attempts``), which is the turn cap."""
         # Dr.GRPO centring, as torchtitan's DAPO-Math recipe uses (should_std_normalize=False).
         advantage: StepwiseAdvantage.Config = field(default_factory=lambda: stepwise_advantage(scale="none"))
 
         def __post_init__(self) -> None:
-            # The turn cap follows the attempts (``--rollouter.message_env.max_attempts 6``). A cap
-            # set to something else was reset without a word; it is refused, naming the flag that
-            # sets it. (A cap of exactly the default cannot be told from no cap and still follows.)
+            # The attempts are the turn cap (``--rollouter.message_env.max_attempts 6``): the env
+            # says done at the last one, which torchtitan's TokenEnv reads before its own cap. A
+            # cap set to something else was once reset to the attempts without a word; it is
+            # refused, naming the flag that sets the cap. Nothing is written back, so a cap the
+            # CLI sets is always told apart from none (tyro rebuilds this config from the loaded
+            # one, whose values become the defaults).
             turns, attempts = self.token_env.max_num_turns, self.message_env.max_attempts
-            if turns not in (DEFAULT_ATTEMPTS, attempts):
+            if turns is not None and turns != attempts:
                 raise ConfigError(
                     f"token_env.max_num_turns {turns} differs from message_env.max_attempts {attempts}: "
-                    f"the turn cap follows the attempts; set --rollouter.message_env.max_attempts {turns} instead"
+                    f"the attempts are the turn cap; set --rollouter.message_env.max_attempts {turns} instead"
                 )
-            self.token_env = replace(self.token_env, max_num_turns=attempts)
 
 
 def with_stepwise_attempts(
@@ -140,7 +142,7 @@ def with_stepwise_attempts(
             validation_dataset=rollouter.validation_dataset,
             rubric=rollouter.rubric,
             message_env=StepwiseDapoMathEnv.Config(max_attempts=max_attempts),
-            token_env=replace(rollouter.token_env, max_num_turns=max_attempts),  # the turn cap is the attempts
+            token_env=replace(rollouter.token_env, max_num_turns=None),  # the attempts are the turn cap
         ),
         async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
         generator=replace(generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)),

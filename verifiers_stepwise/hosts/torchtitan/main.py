@@ -44,6 +44,7 @@ import importlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
 from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.hosts.torchtitan import (
     Scalar,
@@ -95,6 +96,9 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
         def __post_init__(self) -> None:
             _base.VerifiersRollouter.Config.__post_init__(self)
             _refuse_a_task_cap_verifiers_cannot_apply(self)
+            environment = getattr(self.verifiers_env_server, "environment", None)
+            if environment is not None:
+                refuse_a_uv_harness_without_uv(environment, "rollouter.verifiers_env_server.environment")
 
     _advantage_estimator: Any  # the base class's: StepwiseAdvantage, then _lay_out_credit
 

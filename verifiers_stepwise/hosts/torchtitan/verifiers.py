@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
+from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
 from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.estimators.ragged import RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
@@ -198,7 +199,8 @@ class VerifiersRollouter(Rollouter):
 
             if self.env_workers < 1:
                 raise ConfigError(f"env_workers must be >= 1, got {self.env_workers}")
-            vf.resolve_env_config(env_config(self.taskset, self.env_args))  # a bad env fails here
+            environment = vf.resolve_env_config(env_config(self.taskset, self.env_args))  # a bad env fails here
+            refuse_a_uv_harness_without_uv(environment, f"rollouter env {self.taskset!r}")
 
     def __init__(self, config: Config) -> None:
         # Rollouter.__init__ would build datasets without the env they read and a MessageEnv.
