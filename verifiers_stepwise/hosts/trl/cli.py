@@ -20,6 +20,7 @@ the end the model is saved there and the reward curve is drawn to
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
         import torch
         from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
 
-    from verifiers_stepwise.hosts.trl.model import load_model
+    from verifiers_stepwise.hosts.trl.model import bfloat16_slowdown, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
     parser = TrlParser((HostArguments, GRPOConfig, ModelConfig))  # type: ignore[arg-type]  # dataclasses, as HfArgumentParser takes
@@ -79,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> Any:
     host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     env = _merged({"taskset": {"id": host.env_id}}, _json(host.env_args, "--env-args"))
     options = _json(host.options, "--options")
+    if model_args.dtype == "bfloat16" and not torch.cuda.is_available() and (slowdown := bfloat16_slowdown()) > 4:
+        print(
+            f"warning: --dtype bfloat16 on this CPU runs a matmul {slowdown:.0f}x slower than float32 "
+            "(no bfloat16 instructions: AVX512-BF16 or AMX); --dtype float32 trains several times faster here",
+            file=sys.stderr,
+        )
     model, tokenizer = load_model(host.model, model_args.dtype)  # --dtype, as TRL spells it
     trainer = StepwiseGRPOTrainer(
         model,

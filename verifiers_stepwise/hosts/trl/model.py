@@ -16,12 +16,20 @@ the cache in seconds). The GGUF has no chat template; the host speaks Gemma's tu
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from verifiers_stepwise.extras import requires
 
-__all__ = ["DEFAULT_MODEL", "cache_dir", "contiguous_output_embeddings", "load_default_model", "load_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "bfloat16_slowdown",
+    "cache_dir",
+    "contiguous_output_embeddings",
+    "load_default_model",
+    "load_model",
+]
 
 DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
@@ -100,3 +108,25 @@ def contiguous_output_embeddings(model: Any) -> Any:
         head.register_forward_pre_hook(lambda _, args: tuple(a.contiguous() for a in args))
         head._vf_stepwise_contiguous = True
     return model
+
+
+def bfloat16_slowdown() -> float:
+    """How many times slower a bfloat16 matmul runs than a float32 one on this CPU (one 256×640×256).
+
+    Where the CPU has bfloat16 instructions (AVX512-BF16, AMX) bfloat16 is the faster (decoding
+    2–2.9×, forward + backward 2.5× on such a CPU); without them torch 2.13 falls back to a path
+    that ran ~200× slower than float32 on an AVX2-only AMD EPYC (a Gemma step: ~100 s against ~9 s).
+    """
+    with requires("verifiers_stepwise.hosts.trl.model", "torch", extra="trl"):
+        import torch
+
+    def best(dtype: Any) -> float:
+        a, b = torch.ones(256, 640, dtype=dtype), torch.ones(640, 256, dtype=dtype)
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(torch.bfloat16) / max(best(torch.float32), 1e-9)
