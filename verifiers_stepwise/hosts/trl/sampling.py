@@ -112,7 +112,8 @@ class ModelSampler:
         self._was_training = model.training
         model.eval()
         if hasattr(model, "merge_adapter"):  # a PEFT model
-            from peft.tuners.tuners_utils import BaseTunerLayer
+            with requires("verifiers_stepwise.hosts.trl", "peft", extra="trl"):
+                from peft.tuners.tuners_utils import BaseTunerLayer
 
             with torch.no_grad():
                 for layer in model.modules():
