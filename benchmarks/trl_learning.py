@@ -4,6 +4,8 @@
     python benchmarks/trl_learning.py --out /tmp/trl_small --steps 2 --seeds 0 --methods grpo
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_long --b-range 10 59 --max-turns 5
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_closeness --scoring closeness
+    python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_precision --methods stepwise \
+        --dtype bfloat16 float32
 
 Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
 linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
@@ -20,6 +22,8 @@ through the split), one episode each at the training
 temperature, before training (the untrained model, ``--before-samples`` episodes per task) and
 after each run with its trained weights. Per step we record the episode reward, success (the
 episode's last answer right), first-turn success and wall time; the spread is over seeds.
+``--dtype`` with two precisions runs every method in each, from the same weights, each held out
+before and after in its own precision (a run is then named ``method (dtype)``).
 Writes ``results.md``, ``results.json`` and ``curves.png`` to ``--out``.
 """
 
@@ -64,7 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, default=min(2, len(os.sched_getaffinity(0))), help="runs in parallel, a core share each"
     )
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="the model's weights")
+    parser.add_argument(
+        "--dtype", nargs="+", choices=["float32", "bfloat16"], default=["bfloat16"], help="the model's weights"
+    )
     return parser.parse_args(argv)
 
 
@@ -88,11 +94,11 @@ def outcome(episodes: list) -> dict:
     return {"success": sum(solved) / len(solved), "first_turn": sum(first) / len(first), "episodes": len(episodes)}
 
 
-_BASE: tuple | None = None
-"""This process's (base model, tokenizer)."""
+_BASE: dict[str, tuple] = {}
+"""This process's (base model, tokenizer) in each precision."""
 
 
-def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
+def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int, dtype: str):
     import torch
     import verifiers.v1 as vf
     from peft import LoraConfig
@@ -101,13 +107,12 @@ def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
     from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
-    global _BASE
-    if _BASE is None:  # loaded once a worker (the tokenizer alone takes ~7 s); each run trains a copy
-        _BASE = load_model(args.model or DEFAULT_MODEL, getattr(torch, args.dtype))
+    if dtype not in _BASE:  # loaded once a worker (the tokenizer alone takes ~7 s); each run trains a copy
+        _BASE[dtype] = load_model(args.model or DEFAULT_MODEL, getattr(torch, dtype))
     torch.manual_seed(seed)
-    model, tokenizer = copy.deepcopy(_BASE[0]), _BASE[1]
+    model, tokenizer = copy.deepcopy(_BASE[dtype][0]), _BASE[dtype][1]
     config = GRPOConfig(
-        output_dir=str(args.out / f"{method}-{seed}"),
+        output_dir=str(args.out / f"{method}-{dtype}-{seed}"),
         per_device_train_batch_size=args.tasks * args.generations,
         num_generations=args.generations,
         max_completion_length=args.max_tokens,
@@ -142,11 +147,16 @@ def held_out(trainer, args: argparse.Namespace, per_task: int) -> dict:
     return {**outcome([e for g in groups for e in g]), "seconds": time.perf_counter() - start}
 
 
-def run_one(args: argparse.Namespace, method: str, seed: int) -> dict:
+def label(args: argparse.Namespace, method: str, dtype: str) -> str:
+    return method if len(args.dtype) == 1 else f"{method} ({dtype})"
+
+
+def run_one(args: argparse.Namespace, method: str, seed: int, dtype: str) -> dict:
     from transformers import TrainerCallback
 
     steps: list[dict] = []
-    trainer = make_trainer(args, method, seed, args.steps)
+    trainer = make_trainer(args, method, seed, args.steps, dtype)
+    name = label(args, method, dtype)
 
     class Record(TrainerCallback):
         def on_step_begin(self, *_, **__):
@@ -162,7 +172,7 @@ def run_one(args: argparse.Namespace, method: str, seed: int) -> dict:
                     "seconds": time.perf_counter() - self.start,
                 }
             )
-            print(f"  {method} seed {seed} step {len(steps)}: {steps[-1]}", flush=True)
+            print(f"  {name} seed {seed} step {len(steps)}: {steps[-1]}", flush=True)
 
     trainer.add_callback(Record())
     try:
@@ -170,8 +180,8 @@ def run_one(args: argparse.Namespace, method: str, seed: int) -> dict:
         after = held_out(trainer, args, 1)
     finally:
         trainer.close()
-    print(f"  {method} seed {seed} held-out after: {after}", flush=True)
-    return {"method": method, "seed": seed, "steps": steps, "after": after}
+    print(f"  {name} seed {seed} held-out after: {after}", flush=True)
+    return {"method": name, "seed": seed, "dtype": dtype, "steps": steps, "after": after}
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -191,7 +201,7 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float) -> None:
+def write(args: argparse.Namespace, befores: dict[str, dict], runs: list[dict], wall: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,22 +216,26 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
                 "command": command,
                 "args": {k: str(v) for k, v in vars(args).items()},
                 "wall_s": wall,
-                "before": before,
+                "before": befores[args.dtype[0]],
+                **({"before_by_dtype": befores} if len(befores) > 1 else {}),
                 "runs": runs,
             },
             indent=1,
         )
     )
     episodes = args.tasks * args.generations
+    untrained = "; ".join(
+        f"{'' if len(befores) == 1 else dtype + ': '}success {b['success']:.3f}, first turn {b['first_turn']:.3f} "
+        f"({b['episodes']} episodes)"
+        for dtype, b in befores.items()
+    )
     lines = [
         f"`{command}` — {len(args.methods)} methods × {len(args.seeds)} seeds × {args.steps} steps, {episodes} "
-        f"episodes per step, up to {args.max_turns} turns; wall {wall / 60:.1f} min",
+        f"episodes per step, up to {args.max_turns} turns, {' and '.join(args.dtype)}; wall {wall / 60:.1f} min",
         "",
         f"Sums a + b, a in {args.a_range[0]}–{args.a_range[1]}, b in {args.b_range[0]}–{args.b_range[1]}, "
         f"turns scored by {args.scoring}. "
-        f"Held-out ({args.held_out} test sums, temperature {args.temperature}), untrained: "
-        f"success {before['success']:.3f}, "
-        f"first turn {before['first_turn']:.3f} ({before['episodes']} episodes).",
+        f"Held-out ({args.held_out} test sums, temperature {args.temperature}), untrained: {untrained}.",
         "",
         "| method | held-out success after | held-out first-turn after | train success, last 5 steps | s/step |",
         "|---|---|---|---|---|",
@@ -243,9 +257,10 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
             x = list(range(1, len(mean) + 1))
             axis.plot(x, mean, marker="o", markersize=3, label=method)
             axis.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)], alpha=0.15)
+    before = befores[args.dtype[0]]
     for axis, metric in zip(axes, ("reward", "success", "first_turn")):
         baseline = before["success"] if metric != "first_turn" else before["first_turn"]
-        axis.axhline(baseline, color="grey", linestyle="--", label="untrained (held-out)")
+        axis.axhline(baseline, color="grey", linestyle="--", label=f"untrained (held-out, {args.dtype[0]})")
         axis.set_xlabel("step")
         axis.set_title(f"train {metric} (mean ± std over seeds)")
         axis.xaxis.get_major_locator().set_params(integer=True)
@@ -256,10 +271,11 @@ def write(args: argparse.Namespace, before: dict, runs: list[dict], wall: float)
 
 
 def job(args: argparse.Namespace, what: tuple) -> dict:
-    """One unit of work in a worker: ``("before",)`` (the untrained model held out) or ``(method, seed)``."""
+    """One unit of work in a worker: ``("before", dtype)`` (the untrained model held out) or
+    ``(method, seed, dtype)``."""
     if what[0] != "before":
         return run_one(args, *what)
-    probe = make_trainer(args, args.methods[0], args.seeds[0], 0)
+    probe = make_trainer(args, args.methods[0], args.seeds[0], 0, what[1])
     try:
         return held_out(probe, args, args.before_samples)
     finally:
@@ -279,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     start = time.perf_counter()
-    jobs = [("before",)] + [(method, seed) for seed in args.seeds for method in args.methods]
+    befores = [("before", dtype) for dtype in args.dtype]
+    jobs = befores + [(method, seed, dtype) for seed in args.seeds for dtype in args.dtype for method in args.methods]
     if args.workers == 1:
         results = [job(args, what) for what in jobs]
     else:
@@ -290,9 +307,9 @@ def main(argv: list[str] | None = None) -> None:
             cores.put(cpus[k :: args.workers])
         with context.Pool(args.workers, initializer=pin, initargs=(cores,), maxtasksperchild=None) as pool:
             results = pool.starmap(job, [(args, what) for what in jobs], chunksize=1)
-    before, runs = results[0], results[1:]
+    before = dict(zip(args.dtype, results[: len(befores)]))
     print(f"held-out before: {before}", flush=True)
-    write(args, before, runs, time.perf_counter() - start)
+    write(args, before, results[len(befores) :], time.perf_counter() - start)
 
 
 if __name__ == "__main__":

@@ -469,15 +469,18 @@ def test_the_learning_benchmark_runs_end_to_end(model_dir, tmp_path):
     out = tmp_path / "bench"
     trl_learning.main(
         ["--out", str(out), "--steps", "1", "--seeds", "0", "--methods", "grpo", "kevin", "--held-out", "2",
-         "--before-samples", "1", "--model", str(model_dir), "--scoring", "closeness"]
+         "--before-samples", "1", "--model", str(model_dir), "--scoring", "closeness", "--dtype", "float32", "bfloat16"]
     )  # fmt: skip
     result = json.loads((out / "results.json").read_text())
-    assert [(r["method"], len(r["steps"]), r["after"]["episodes"]) for r in result["runs"]] == [
-        ("grpo", 1, 2),
-        ("kevin", 1, 2),
+    assert [(r["method"], r["dtype"], len(r["steps"]), r["after"]["episodes"]) for r in result["runs"]] == [
+        ("grpo (float32)", "float32", 1, 2),
+        ("kevin (float32)", "float32", 1, 2),
+        ("grpo (bfloat16)", "bfloat16", 1, 2),
+        ("kevin (bfloat16)", "bfloat16", 1, 2),
     ]
-    assert result["before"]["episodes"] == 2
-    assert "| kevin |" in (out / "results.md").read_text() and (out / "curves.png").is_file()
+    assert result["before"]["episodes"] == 2 and set(result["before_by_dtype"]) == {"float32", "bfloat16"}
+    table = (out / "results.md").read_text()
+    assert "| kevin (bfloat16) |" in table and "bfloat16: success" in table and (out / "curves.png").is_file()
 
 
 # -- the text format, batching by episodes in flight, sampling logprobs, LoRA ------------------------
