@@ -443,6 +443,38 @@ def test_the_command_trains_checkpoints_and_plots(model_dir, tmp_path):
     assert [entry["turns/mean"] for entry in history if "turns/mean" in entry] == [2.0, 2.0]
 
 
+@pytest.mark.slow
+def test_the_command_evaluates_held_out_tasks_from_the_untrained_model_on(model_dir, tmp_path):
+    """--eval-env-args: TRL's evaluation plays the held-out split's tasks, at step 0 (the untrained
+    model, --eval_on_start) and every --eval_steps; the plot draws those points."""
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    out = tmp_path / "run"
+    trainer = main(
+        [
+            "--env-id", "stepwise-sums", "--env-args", '{"taskset": {"shots": 1}, "max_turns": 2}',
+            "--eval-env-args", '{"taskset": {"split": "test", "a_range": [10, 14]}}', "--model", str(model_dir),
+            "--output_dir", str(out), "--max_steps", "2", "--save_strategy", "no", "--report_to", "none",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "4",
+            "--eval_strategy", "steps", "--eval_steps", "2", "--eval_on_start", "true",
+            "--per_device_eval_batch_size", "9", "--num_generations_eval", "1",
+        ]
+    )  # fmt: skip
+    history = json.loads((out / "log_history.json").read_text())
+    assert [entry["step"] for entry in history if "eval_reward" in entry] == [0, 2]
+    assert [entry["step"] for entry in history if "reward" in entry] == [1, 2]
+    # the last batch is the last evaluation's: every held-out task once (a 10-14 + 1-9, every fifth pair)
+    assert sorted(e.task.data.id for e in trainer.last_batch.episodes) == [f"sums-test-{i}" for i in range(9)]
+    assert trainer.env.taskset.config.split == "train" and trainer.eval_env.taskset.config.shots == 1
+
+
+def test_evaluation_without_held_out_tasks_is_refused_by_name():
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    with pytest.raises(SystemExit, match="--eval_strategy steps: name the held-out tasks with --eval-env-args"):
+        main(["--eval_strategy", "steps", "--output_dir", "/tmp/unused-vf-stepwise", "--model", "unused"])
+
+
 def test_env_args_set_a_taskset_field_and_keep_the_env_id():
     """Regression: the documented ``--env-args '{"taskset": {"shots": 2}}'`` replaced the whole
     taskset table, dropping its id, and the command failed at load."""

@@ -8,10 +8,12 @@ TRL's conventions: ``TrlParser`` over this module's ``HostArguments`` and TRL's 
 ``GRPOConfig`` (every GRPOConfig field is a flag; ``--config file.yaml`` works as in TRL's
 scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config, e.g.
 ``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
-estimator's config as JSON. With no ``--model`` the default real LM is loaded
-(``hosts.trl.model``). A GPU is used when present (TRL's defaults, bf16 included); without
-one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to 1,
-``--lora_dropout`` to 0 and ``--gradient_checkpointing`` to false (see ``main``).
+estimator's config as JSON, ``--eval-env-args`` what TRL's evaluation (``--eval_strategy``)
+changes in that config, e.g. ``'{"taskset": {"split": "test"}}'`` for held-out tasks. With no
+``--model`` the default real LM is loaded (``hosts.trl.model``). A GPU is used when present
+(TRL's defaults, bf16 included); without one the run defaults to ``--use_cpu true --bf16
+false``; ``--logging_steps`` defaults to 1, ``--lora_dropout`` to 0 and
+``--gradient_checkpointing`` to false (see ``main``).
 TRL shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at
 the end the model is saved there and the reward curve is drawn to
 ``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
@@ -48,6 +50,13 @@ class HostArguments:
             "help": "conversation tokens: 'text' (a plain document, for base models) or 'turns' (Gemma's chat turns)"
         },
     )
+    eval_env_args: str = field(
+        default="",
+        metadata={
+            "help": "JSON laid over --env-args for TRL's evaluation (--eval_strategy), e.g. "
+            '\'{"taskset": {"split": "test"}}\''
+        },
+    )
     model: str = field(
         default=DEFAULT_MODEL,
         metadata={"help": f"a local transformers model; default {DEFAULT_MODEL!r}, the Gemma 3 270M GGUF from PyPI"},
@@ -79,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
     parser.set_defaults(save_only_model=True)
     host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
     env = _merged({"taskset": {"id": host.env_id}}, _json(host.env_args, "--env-args"))
+    eval_env = _merged(env, _json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
+    if eval_env is None and training.eval_strategy != "no":
+        raise SystemExit(
+            f"--eval_strategy {training.eval_strategy.value}: name the held-out tasks with --eval-env-args"
+        )
     options = _json(host.options, "--options")
     if model_args.dtype == "bfloat16" and not torch.cuda.is_available() and (slowdown := bfloat16_slowdown()) > 4:
         print(
@@ -95,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
         estimator=host.estimator,
         options=options,
         format=host.format,
+        eval_env=eval_env,
         peft_config=get_peft_config(model_args),  # --use_peft --lora_r ... as in TRL's scripts; None without
     )
     try:
@@ -117,7 +132,9 @@ SMOOTHING = 5
 
 
 def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
-    """Episode reward and per-turn reward (mean per step) against the training step."""
+    """Episode reward and per-turn reward (mean per step) against the training step, and the
+    evaluation's episode reward where TRL evaluated (at step 0 with ``--eval_on_start true``: the
+    untrained model)."""
     with requires("the TRL host's reward plot", "matplotlib", extra="trl"):
         import matplotlib
 
@@ -136,6 +153,9 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
             trailing = [sum(y[max(0, k - SMOOTHING + 1) : k + 1]) / len(y[max(0, k - SMOOTHING + 1) : k + 1])
                         for k in range(len(y))]  # fmt: skip
             axis.plot(x, trailing, color=line.get_color(), label=f"{label}, mean of last {SMOOTHING} steps")
+    held_out = [(entry["step"], entry["eval_reward"]) for entry in log_history if "eval_reward" in entry]
+    if held_out:
+        axis.plot(*zip(*held_out), color="black", marker="s", linestyle="--", label="evaluation episode reward")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("step")
     axis.set_ylabel("reward")

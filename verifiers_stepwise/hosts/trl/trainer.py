@@ -76,7 +76,7 @@ def episode_reward(prompts: Any, completions: Any, episode_reward: Sequence[floa
 
 
 def task_rows(tasks: Sequence[vf.Task]) -> Dataset:
-    """TRL's train dataset: one row per task, ``prompt`` (its text, for TRL's logs) and ``task_index``."""
+    """TRL's train (or eval) dataset: one row per task, ``prompt`` (its text, for TRL's logs) and ``task_index``."""
     return Dataset.from_list([{"prompt": _prompt_text(task), "task_index": i} for i, task in enumerate(tasks)])
 
 
@@ -97,8 +97,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         ``hosts.trl.renderer``.
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
-      kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the dataset is the
-        env's tasks (``task_rows``), the reward is the episode's (``episode_reward``).
+      eval_env: the env of TRL's evaluation (``args.eval_strategy``), given like ``env``, e.g. the
+        same env on a held-out split; its tasks are the eval dataset, each played
+        ``num_generations_eval`` times. TRL logs their mean reward as ``eval_reward``.
+      kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the datasets are the
+        envs' tasks (``task_rows``), the reward is the episode's (``episode_reward``).
     """
 
     def __init__(
@@ -112,10 +115,15 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         options: Mapping[str, Any] | None = None,
         format: str = "text",
         generate: GenerateFn | None = None,
+        eval_env: Mapping[str, Any] | vf.Env | None = None,
         **kwargs: Any,
     ) -> None:
-        self.env = env if isinstance(env, vf.Env) else vf.load_environment(vf.resolve_env_config(dict(env)))
+        if "train_dataset" in kwargs or "eval_dataset" in kwargs:
+            raise ConfigError("StepwiseGRPOTrainer: the datasets are the envs' tasks; pass env= and eval_env=")
+        self.env = _load(env)
         self.tasks = list(self.env.taskset)
+        self.eval_env = None if eval_env is None else _load(eval_env)
+        self.eval_tasks = [] if self.eval_env is None else list(self.eval_env.taskset)
         self.estimator = get_estimator(estimator, **(options or {})) if isinstance(estimator, str) else estimator
         self.last_batch: Batch | None = None
         self.format = format
@@ -126,6 +134,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             reward_funcs=[episode_reward],
             args=args,
             train_dataset=task_rows(self.tasks),
+            eval_dataset=None if self.eval_env is None else task_rows(self.eval_tasks),
             processing_class=processing_class,
             rollout_func=self._rollout,
             **kwargs,
@@ -161,8 +170,9 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         output["advantages"] = advantages
         # TRL's completion log (--log_completions, its "Advantage" column) shows what is trained:
         # each episode's mean per-token advantage over its sampled tokens, not TRL's sequence one.
-        logged: Any = self._logs["advantages"]  # TRL's deque of floats
-        for k, sample in enumerate(samples, start=len(logged) - len(samples)):
+        logged: Any = self._logs["advantages"]  # TRL's deque of the latest generation_batch_size floats
+        kept = samples[max(0, len(samples) - len(logged)) :]  # an eval batch can be larger
+        for k, sample in enumerate(kept, start=len(logged) - len(kept)):
             sampled = [a for a, m in zip(sample.advantages, sample.env_mask) if m]
             logged[k] = sum(sampled) / len(sampled) if sampled else 0.0
         self._log_turns(samples)
@@ -180,9 +190,10 @@ class StepwiseGRPOTrainer(GRPOTrainer):
 
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         """TRL's ``rollout_func``: ``prompts`` are ``self._rows``' prompts, each task's repeated."""
+        env, tasks = (self.env, self.tasks) if self._training() else (self.eval_env, self.eval_tasks)
         indices = [row["task_index"] for row in self._rows]
         groups = _consecutive_groups(indices, self._group_size())
-        episodes = self.run_episodes([self.tasks[indices[start]] for start, _ in groups], self._group_size())
+        episodes = self.run_episodes([tasks[indices[start]] for start, _ in groups], self._group_size(), env=env)
         samples = score_groups(episodes, self.estimator, self._tokenizer.pad_token_id)
         return {
             "prompt_ids": [s.prompt_ids for s in samples],
@@ -304,6 +315,10 @@ print(tokenizer.decode(out[0, ids["input_ids"].shape[1]:]))
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
+
+
+def _load(env: Mapping[str, Any] | vf.Env) -> vf.Env:
+    return env if isinstance(env, vf.Env) else vf.load_environment(vf.resolve_env_config(dict(env)))
 
 
 def _submit(coroutine: Any) -> concurrent.futures.Future:
