@@ -600,11 +600,11 @@ def test_sampled_logprobs_are_the_log_softmax_of_the_sampling_distribution(token
         assert torch.allclose(recorder.finish(result.sequences), expected, atol=1e-5)
 
 
-def _lora(tokenizer, dtype=torch.float32, model_config=None, **config):
+def _lora(tokenizer, dtype=torch.float32, model_config=None, model=None, **config):
     from peft import LoraConfig, get_peft_model
 
-    base = tiny_model(tokenizer, **(model_config or {})).to(dtype)
-    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", **config))
+    base = (model if model is not None else tiny_model(tokenizer, **(model_config or {}))).to(dtype)
+    model = get_peft_model(base, LoraConfig(r=4, **{"target_modules": "all-linear", **config}))
     for name, p in model.named_parameters():
         if "lora_B" in name:  # a trained adapter, not the no-op it starts as
             torch.nn.init.normal_(p, std=0.5)
@@ -653,6 +653,47 @@ def test_inside_a_merged_block_the_weights_are_peft_merge_adapters(tokenizer, dt
         for name, p in model.named_parameters():
             if name in expected:
                 assert torch.equal(p, expected[name]), name
+
+
+def test_lora_on_tied_embeddings_leaves_the_frozen_weight_as_it_was(tokenizer):
+    """Regression: with LoRA on both embed_tokens and lm_head of a tied model, two tuner layers
+    share one W; closing a block put the weights back in merge order, which left the first
+    layer's merged W + ΔW as the frozen weight, one more ΔW every block."""
+    base = tiny_model(tokenizer)
+    base.lm_head.weight = base.model.embed_tokens.weight  # tied, as Gemma's are
+    model = _lora(tokenizer, model=base, target_modules=["embed_tokens", "lm_head"], init_lora_weights=False)
+    weight = model.get_input_embeddings().get_base_layer().weight
+    frozen = weight.detach().clone()
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    for _ in range(2):
+        with sampler.merged():
+            pass
+        assert torch.equal(weight, frozen)
+
+
+def test_a_merge_that_fails_leaves_nothing_merged_and_the_next_block_merges(tokenizer):
+    """Regression: peft's safe merge (DoRA here) raises on a NaN adapter; the block's count stayed
+    at 1 with the layers before it merged, so every later block was nested in it: never closed,
+    the model left in eval mode and the merged LoRA layers training no adapter."""
+    model = _lora(tokenizer, use_dora=True)
+    model.train()
+    layers = [m for m in model.modules() if hasattr(m, "merged_adapters")]
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    weight = layers[-1].lora_B["default"].weight
+    kept = weight.detach().clone()
+    with torch.no_grad():
+        weight[0, 0] = float("nan")
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    with pytest.raises(ValueError, match="NaN"):
+        with sampler.merged():
+            pass
+    assert model.training and not any(m.merged for m in layers)
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    with torch.no_grad():
+        weight.copy_(kept)
+    with sampler.merged():
+        assert all(m.merged for m in layers)
+    assert model.training and not any(m.merged for m in layers)
 
 
 def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):

@@ -99,7 +99,12 @@ class ModelSampler:
         with self._lock:
             self._depth += 1
             if self._depth == 1:
-                self._open(self.get_model())
+                try:
+                    self._open(self.get_model())
+                except BaseException:  # e.g. peft's safe merge finds NaNs: put back what merged
+                    self._depth -= 1
+                    self._close(self.get_model())
+                    raise
         try:
             yield
         finally:
@@ -142,7 +147,10 @@ class ModelSampler:
         layer.merged_adapters.append(adapters[0])
 
     def _close(self, model: Any) -> None:
-        for layer, weight, bias in self._kept:
+        # Last merged, first put back: two tuner layers over one weight (tied embeddings with LoRA
+        # on embed_tokens and lm_head) each kept what the previous one left, so only the first
+        # layer's kept W is the frozen one.
+        for layer, weight, bias in reversed(self._kept):
             base = layer.get_base_layer()
             base.weight.data = weight
             if bias is not None:
