@@ -467,6 +467,53 @@ def test_torchtitans_builder_still_packs_its_own_and_one_turn_rollouts():
         TrainingSampleBuilder.Config().build().build_from_group(rollout_group=stepwise)
 
 
+_IMPORTED_AGAIN = """
+import sys
+import tests.hosts.conftest
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+from torchtitan.experiments.rl.rollout.types import Rollout, RolloutStatus, RolloutTurn
+from torchtitan.experiments.rl.types import RolloutTurnID
+import verifiers_stepwise.hosts.torchtitan
+for name in [n for n in sys.modules if n.startswith("verifiers_stepwise.hosts.torchtitan")]:
+    del sys.modules[name]
+from verifiers_stepwise.hosts.torchtitan import TurnAdvantages
+turns = [
+    RolloutTurn(rollout_id=RolloutTurnID(group_id=0, rollout_id=0, turn_id=k), prompt_token_ids=[1, 2, 3][: 2 * k + 1],
+                completion_token_ids=[2 + 2 * k], completion_logprobs=[0.0], min_policy_version=0, max_policy_version=0)
+    for k in range(2)
+]
+rollout = Rollout(group_id=0, rollout_id=0, turns=turns, status=RolloutStatus.COMPLETED, reward=1.0,
+                  advantage=TurnAdvantages([-1.0, 2.0]))
+method = TrainingSampleBuilder.rollout_to_training_samples
+print(method.refuses_the_broadcast, getattr(method.__wrapped__, "refuses_the_broadcast", False))
+try:
+    TrainingSampleBuilder.Config().build().rollout_to_training_samples(rollout)
+except Exception as error:
+    print(type(error).__name__)
+else:
+    print("packed")
+"""
+
+
+def test_a_fresh_import_of_the_adapter_still_refuses_the_broadcast():
+    """Regression: importing the adapter again after its modules left sys.modules kept the first
+    import's guard, which checks the first import's TurnAdvantages; the new import's then packed
+    turn 0's advantage on every token. The guard is installed once, on torchtitan's own method."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED_AGAIN],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False", "ConfigError"]
+
+
 @pytest.mark.slow
 def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     rollouter = VerifiersRollouter.Config(taskset="stepwise-refine", env_args={"max_turns": 2}).build()
