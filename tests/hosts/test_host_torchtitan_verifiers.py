@@ -279,6 +279,35 @@ def tool_episode(rewards: list[float], *, fork: bool = False) -> vf.Episode:
     return b.episode(reward=rewards[-1])
 
 
+def test_a_trace_without_turn_rewards_and_a_rejected_compaction_attempt_is_laid_out():
+    """Regression: score_group's final-turn rule makes every sampled node a turn, the rejected
+    compaction attempt's too, which the 0.3.0 rollouter does not train (its branch is
+    untrainable); lay_out_credit raised RewardError for it and the group was lost, where the
+    code before credited the trace's trainable turn."""
+    from verifiers.v1.semantic import ParentLink
+
+    from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit, sampled_spans
+
+    episodes = []
+    for reward in (1.0, 0.0):
+        b = TraceBuilder()
+        attempt = b.sample("a compaction attempt the harness rejected")
+        b.context[-2:] = [vf.UserMessage(content="a summary of it")]  # history rewritten: a new branch
+        b.sample("the answer")
+        b.trace.nodes[attempt].semantic_parents.append(ParentLink(node=attempt - 1, type="compaction_attempt"))
+        episodes.append(b.episode(reward=reward))
+    records = score_group(episodes, "stepwise")
+    laid = []
+    for episode, record in zip(episodes, records):
+        (trace,) = episode.traces
+        assert [branch.trainable for branch in trace.branches] == [False, True]
+        spans = sampled_spans(trace)
+        turns = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)
+        laid.append(list(lay_out_credit(record, turns, [span.node for span in spans], "rollout").per_turn))
+        assert turns[-1].env_rewards["turn_reward"] == trace.reward
+    assert laid == [[0.5], [-0.5]]
+
+
 def titan_group(episodes: list[vf.Episode], advantage) -> RolloutGroup:
     rollouts = []
     for j, episode in enumerate(episodes):
