@@ -696,6 +696,18 @@ def test_a_merge_that_fails_leaves_nothing_merged_and_the_next_block_merges(toke
     assert model.training and not any(m.merged for m in layers)
 
 
+def test_a_model_moved_to_another_dtype_after_sampling_samples_again(tokenizer):
+    """Regression: each layer's merge buffer was made at the first merge and kept, so after
+    ``model.to(torch.bfloat16)`` a float32 W + ΔW went into the bfloat16 model and generate failed."""
+    model = _lora(tokenizer)
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), **{**GREEDY, "max_tokens": 2})
+    sampler([request])
+    model.to(torch.bfloat16)
+    sampler([request])
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
 def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):
     model = _lora(tokenizer)
     model.train()

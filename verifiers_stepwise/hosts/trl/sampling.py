@@ -139,9 +139,10 @@ class ModelSampler:
         if not plain:  # peft's merge into a copy of W (variants, biases, other tuners)
             layer.merge(safe_merge=True)
             return
+        weight = base.weight.data
         merged = self._buffers.get(layer)
-        if merged is None:
-            merged = self._buffers[layer] = torch.empty_like(base.weight.data)
+        if merged is None or (merged.shape, merged.dtype, merged.device) != (weight.shape, weight.dtype, weight.device):
+            merged = self._buffers[layer] = torch.empty_like(weight)  # first merge, or the model was moved
         torch.add(base.weight.data, layer.get_delta_weight(adapters[0]), out=merged)
         base.weight.data = merged
         layer.merged_adapters.append(adapters[0])
