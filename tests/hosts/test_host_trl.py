@@ -708,6 +708,35 @@ def test_a_model_moved_to_another_dtype_after_sampling_samples_again(tokenizer):
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
 
 
+def test_lora_on_a_parameter_other_than_weight_merges_and_comes_back(tokenizer):
+    """Regression: peft's ``target_parameters`` (a ``ParamWrapper``, e.g. MoE experts) adapts a
+    parameter of its own name; the out-of-place merge read ``base.weight`` and raised
+    AttributeError where the module has none."""
+    from peft import LoraConfig, get_peft_model
+
+    class Experts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = torch.nn.Parameter(torch.randn(4, 8, 8))
+
+        def forward(self, x):
+            return torch.einsum("bi,eij->bj", x, self.gate)
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=2, target_modules=[], target_parameters=["0.gate"], init_lora_weights=False)
+    model = get_peft_model(torch.nn.Sequential(Experts(), torch.nn.Linear(8, 8)), config)
+    (layer,) = [m for m in model.modules() if hasattr(m, "parameter_name")]
+    gate = layer.get_base_layer().gate
+    frozen, x = gate.detach().clone(), torch.randn(3, 8)
+    with torch.no_grad():
+        unmerged = model(x)
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    with sampler.merged(), torch.no_grad():
+        assert layer.merged and not torch.equal(gate, frozen)
+        assert torch.allclose(model(x), unmerged, atol=1e-5)
+    assert not layer.merged and torch.equal(gate, frozen)
+
+
 def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):
     model = _lora(tokenizer)
     model.train()
