@@ -10,7 +10,7 @@ from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.testing.trace_files import make_episode
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.credit import CREDIT, Credit, exclusion_reason, read_credit, score_group
+from verifiers_stepwise.traces.credit import CREDIT, Credit, credit_group, exclusion_reason, read_credit, score_group
 from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
 
 
@@ -216,3 +216,14 @@ def test_an_excluded_trace_whose_turn_data_does_not_read_says_so():
     failed.traces[0].info["turn_nodes"] = [[0]]  # cut off mid-turn
     record, _ = score_group([failed, rollout([1.0])], "stepwise")
     assert record.rewards == [] and record.excluded.startswith("episode errored; its turn data does not read: ")
+
+
+@pytest.mark.parametrize("field", ["readings", "nodes", "states"])
+def test_credit_group_refuses_per_trajectory_fields_that_are_not_one_per_trajectory(field):
+    """Regression: a ``readings`` or ``nodes`` list shorter than the group made fewer records
+    than trajectories, without a word (zip stopped at the shortest)."""
+    value = {"readings": ["rewards"], "nodes": [[[1]]], "states": [["s"]]}[field]
+    estimator = get_estimator("stepwise")
+    assert len(credit_group([[1.0], [0.0], [0.5]], estimator)) == 3
+    with pytest.raises(ValueError):
+        credit_group([[1.0], [0.0], [0.5]], estimator, **{field: value})

@@ -279,6 +279,35 @@ def tool_episode(rewards: list[float], *, fork: bool = False) -> vf.Episode:
     return b.episode(reward=rewards[-1])
 
 
+def test_a_trace_without_turn_rewards_and_a_rejected_compaction_attempt_is_laid_out():
+    """Regression: score_group's final-turn rule makes every sampled node a turn, the rejected
+    compaction attempt's too, which the 0.3.0 rollouter does not train (its branch is
+    untrainable); lay_out_credit raised RewardError for it and the group was lost, where the
+    code before credited the trace's trainable turn."""
+    from verifiers.v1.semantic import ParentLink
+
+    from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit, sampled_spans
+
+    episodes = []
+    for reward in (1.0, 0.0):
+        b = TraceBuilder()
+        attempt = b.sample("a compaction attempt the harness rejected")
+        b.context[-2:] = [vf.UserMessage(content="a summary of it")]  # history rewritten: a new branch
+        b.sample("the answer")
+        b.trace.nodes[attempt].semantic_parents.append(ParentLink(node=attempt - 1, type="compaction_attempt"))
+        episodes.append(b.episode(reward=reward))
+    records = score_group(episodes, "stepwise")
+    laid = []
+    for episode, record in zip(episodes, records):
+        (trace,) = episode.traces
+        assert [branch.trainable for branch in trace.branches] == [False, True]
+        spans = sampled_spans(trace)
+        turns = trace_to_turns(trace, group_id=0, rollout_id=0, per_turn=False)
+        laid.append(list(lay_out_credit(record, turns, [span.node for span in spans], "rollout").per_turn))
+        assert turns[-1].env_rewards["turn_reward"] == trace.reward
+    assert laid == [[0.5], [-0.5]]
+
+
 def titan_group(episodes: list[vf.Episode], advantage) -> RolloutGroup:
     rollouts = []
     for j, episode in enumerate(episodes):
@@ -465,6 +494,53 @@ def test_torchtitans_builder_still_packs_its_own_and_one_turn_rollouts():
     stepwise = titan_group(episodes, StepwiseAdvantage.Config().build())
     with pytest.raises(ConfigError, match=r"rollout 0/rollout=0 carries StepwiseAdvantage's 3 turn advantages"):
         TrainingSampleBuilder.Config().build().build_from_group(rollout_group=stepwise)
+
+
+_IMPORTED_AGAIN = """
+import sys
+import tests.hosts.conftest
+from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
+from torchtitan.experiments.rl.rollout.types import Rollout, RolloutStatus, RolloutTurn
+from torchtitan.experiments.rl.types import RolloutTurnID
+import verifiers_stepwise.hosts.torchtitan
+for name in [n for n in sys.modules if n.startswith("verifiers_stepwise.hosts.torchtitan")]:
+    del sys.modules[name]
+from verifiers_stepwise.hosts.torchtitan import TurnAdvantages
+turns = [
+    RolloutTurn(rollout_id=RolloutTurnID(group_id=0, rollout_id=0, turn_id=k), prompt_token_ids=[1, 2, 3][: 2 * k + 1],
+                completion_token_ids=[2 + 2 * k], completion_logprobs=[0.0], min_policy_version=0, max_policy_version=0)
+    for k in range(2)
+]
+rollout = Rollout(group_id=0, rollout_id=0, turns=turns, status=RolloutStatus.COMPLETED, reward=1.0,
+                  advantage=TurnAdvantages([-1.0, 2.0]))
+method = TrainingSampleBuilder.rollout_to_training_samples
+print(method.refuses_the_broadcast, getattr(method.__wrapped__, "refuses_the_broadcast", False))
+try:
+    TrainingSampleBuilder.Config().build().rollout_to_training_samples(rollout)
+except Exception as error:
+    print(type(error).__name__)
+else:
+    print("packed")
+"""
+
+
+def test_a_fresh_import_of_the_adapter_still_refuses_the_broadcast():
+    """Regression: importing the adapter again after its modules left sys.modules kept the first
+    import's guard, which checks the first import's TurnAdvantages; the new import's then packed
+    turn 0's advantage on every token. The guard is installed once, on torchtitan's own method."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED_AGAIN],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False", "ConfigError"]
 
 
 @pytest.mark.slow

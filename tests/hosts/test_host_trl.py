@@ -600,11 +600,11 @@ def test_sampled_logprobs_are_the_log_softmax_of_the_sampling_distribution(token
         assert torch.allclose(recorder.finish(result.sequences), expected, atol=1e-5)
 
 
-def _lora(tokenizer, dtype=torch.float32, model_config=None, **config):
+def _lora(tokenizer, dtype=torch.float32, model_config=None, model=None, **config):
     from peft import LoraConfig, get_peft_model
 
-    base = tiny_model(tokenizer, **(model_config or {})).to(dtype)
-    model = get_peft_model(base, LoraConfig(r=4, target_modules="all-linear", **config))
+    base = (model if model is not None else tiny_model(tokenizer, **(model_config or {}))).to(dtype)
+    model = get_peft_model(base, LoraConfig(r=4, **{"target_modules": "all-linear", **config}))
     for name, p in model.named_parameters():
         if "lora_B" in name:  # a trained adapter, not the no-op it starts as
             torch.nn.init.normal_(p, std=0.5)
@@ -653,6 +653,88 @@ def test_inside_a_merged_block_the_weights_are_peft_merge_adapters(tokenizer, dt
         for name, p in model.named_parameters():
             if name in expected:
                 assert torch.equal(p, expected[name]), name
+
+
+def test_lora_on_tied_embeddings_leaves_the_frozen_weight_as_it_was(tokenizer):
+    """Regression: with LoRA on both embed_tokens and lm_head of a tied model, two tuner layers
+    share one W; closing a block put the weights back in merge order, which left the first
+    layer's merged W + ΔW as the frozen weight, one more ΔW every block."""
+    base = tiny_model(tokenizer)
+    base.lm_head.weight = base.model.embed_tokens.weight  # tied, as Gemma's are
+    model = _lora(tokenizer, model=base, target_modules=["embed_tokens", "lm_head"], init_lora_weights=False)
+    weight = model.get_input_embeddings().get_base_layer().weight
+    frozen = weight.detach().clone()
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    for _ in range(2):
+        with sampler.merged():
+            pass
+        assert torch.equal(weight, frozen)
+
+
+def test_a_merge_that_fails_leaves_nothing_merged_and_the_next_block_merges(tokenizer):
+    """Regression: peft's safe merge (DoRA here) raises on a NaN adapter; the block's count stayed
+    at 1 with the layers before it merged, so every later block was nested in it: never closed,
+    the model left in eval mode and the merged LoRA layers training no adapter."""
+    model = _lora(tokenizer, use_dora=True)
+    model.train()
+    layers = [m for m in model.modules() if hasattr(m, "merged_adapters")]
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    weight = layers[-1].lora_B["default"].weight
+    kept = weight.detach().clone()
+    with torch.no_grad():
+        weight[0, 0] = float("nan")
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    with pytest.raises(ValueError, match="NaN"):
+        with sampler.merged():
+            pass
+    assert model.training and not any(m.merged for m in layers)
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    with torch.no_grad():
+        weight.copy_(kept)
+    with sampler.merged():
+        assert all(m.merged for m in layers)
+    assert model.training and not any(m.merged for m in layers)
+
+
+def test_a_model_moved_to_another_dtype_after_sampling_samples_again(tokenizer):
+    """Regression: each layer's merge buffer was made at the first merge and kept, so after
+    ``model.to(torch.bfloat16)`` a float32 W + ΔW went into the bfloat16 model and generate failed."""
+    model = _lora(tokenizer)
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    request = GenerateRequest(prompt_ids=tokenizer.encode("1 + 2 ="), **{**GREEDY, "max_tokens": 2})
+    sampler([request])
+    model.to(torch.bfloat16)
+    sampler([request])
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def test_lora_on_a_parameter_other_than_weight_merges_and_comes_back(tokenizer):
+    """Regression: peft's ``target_parameters`` (a ``ParamWrapper``, e.g. MoE experts) adapts a
+    parameter of its own name; the out-of-place merge read ``base.weight`` and raised
+    AttributeError where the module has none."""
+    from peft import LoraConfig, get_peft_model
+
+    class Experts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = torch.nn.Parameter(torch.randn(4, 8, 8))
+
+        def forward(self, x):
+            return torch.einsum("bi,eij->bj", x, self.gate)
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=2, target_modules=[], target_parameters=["0.gate"], init_lora_weights=False)
+    model = get_peft_model(torch.nn.Sequential(Experts(), torch.nn.Linear(8, 8)), config)
+    (layer,) = [m for m in model.modules() if hasattr(m, "parameter_name")]
+    gate = layer.get_base_layer().gate
+    frozen, x = gate.detach().clone(), torch.randn(3, 8)
+    with torch.no_grad():
+        unmerged = model(x)
+    sampler = ModelSampler(lambda: model, tokenizer.pad_token_id)
+    with sampler.merged(), torch.no_grad():
+        assert layer.merged and not torch.equal(gate, frozen)
+        assert torch.allclose(model(x), unmerged, atol=1e-5)
+    assert not layer.merged and torch.equal(gate, frozen)
 
 
 def test_a_merged_block_merges_once_for_every_call_inside_it(tokenizer):

@@ -224,11 +224,13 @@ def credit_group(
       nodes: each trajectory's sampled node indices per turn (default None: no verifiers nodes).
       states: each trajectory's anchor state per turn (None: none recorded), for estimators
         that group turns by state (``gigpo``).
+
+    Raises ValueError when ``readings``, ``nodes`` or ``states`` is not one per trajectory.
     """
     label = label or estimator.name or type(estimator).__name__
     anchored = None
     if states is not None and any(row is not None for row in states):
-        anchored = [[[None] * len(r) if row is None else row for row, r in zip(states, rewards)]]
+        anchored = [[[None] * len(r) if row is None else row for row, r in zip(states, rewards, strict=True)]]
     batch = RaggedBatch.from_groups([rewards], anchored)
     estimate = estimator.estimate(batch)
     (advantages,) = batch.split(estimate.advantages)
@@ -237,7 +239,9 @@ def credit_group(
     nodes = nodes or [None] * len(rewards)
     return [
         Credit(label, source, turn_rewards, turn_nodes, values, turn_returns)
-        for turn_rewards, source, turn_nodes, values, turn_returns in zip(rewards, readings, nodes, advantages, returns)
+        for turn_rewards, source, turn_nodes, values, turn_returns in zip(
+            rewards, readings, nodes, advantages, returns, strict=True
+        )
     ]
 
 

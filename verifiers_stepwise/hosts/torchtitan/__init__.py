@@ -361,8 +361,11 @@ def refuse_the_broadcast(rollout_to_training_samples: Any) -> Any:
     the check holds whatever config built the builder; torchtitan's controller does not catch
     a builder's error, so the run stops at the first such rollout. A one-turn rollout packs
     the same either way and passes."""
-    if getattr(rollout_to_training_samples, "refuses_the_broadcast", False):
-        return rollout_to_training_samples
+    # A guard an earlier import of this module installed checks that import's classes, which a
+    # fresh import (its entry gone from sys.modules) no longer makes: wrap torchtitan's own method
+    # again, once, so the guard checks this module's TurnAdvantages and builder.
+    while getattr(rollout_to_training_samples, "refuses_the_broadcast", False):
+        rollout_to_training_samples = rollout_to_training_samples.__wrapped__
 
     def guarded(self: Any, rollout: Rollout) -> list[TrainingSample]:
         advantage = rollout.advantage

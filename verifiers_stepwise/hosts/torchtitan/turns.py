@@ -89,8 +89,10 @@ def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], wh
 
     A rollout with no record (its episode failed in transport) or one the record excludes
     (an errored episode: ``score_group`` keeps it out of its group's baseline) gets 0 on every
-    turn, so it trains nothing. Raises RewardError when a turn with a reward produced no
-    sampled token (its credit would be lost)."""
+    turn, so it trains nothing. Raises RewardError when a turn the env recorded produced no
+    sampled token here (its credit would be lost); a record read by the final-turn rule (no
+    ``turn_rewards``) makes every sampled node a turn, and those this host does not train (on
+    a branch verifiers marks untrainable) are left out."""
     if credit is None or credit.excluded is not None:
         return TurnAdvantages([0.0] * max(len(turns), 1))
     if not turns:  # the model never spoke: one turn without tokens, nothing to credit
@@ -105,9 +107,12 @@ def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], wh
         last[t] = turn
         per_turn.append(credit.advantages[t])
     for t, reward in enumerate(credit.rewards):
-        if t not in last:
+        if t in last:
+            last[t].env_rewards[TURN_REWARD] = reward
+        elif credit.reading != "final_turn":  # the env named this turn, and it has no tokens here
             raise RewardError(f"{where}: turn {t} (reward {reward}) has no sampled tokens to credit")
-        last[t].env_rewards[TURN_REWARD] = reward
+        # else: score_group's rule made every sampled node a turn, one this host does not train
+        # (a rejected compaction attempt, on a branch verifiers marks untrainable)
     return TurnAdvantages(per_turn)
 
 

@@ -81,8 +81,8 @@ class ModelSampler:
         self.max_new_tokens = max_new_tokens
         """Cap for requests without ``max_tokens``."""
         self._lock = threading.RLock()
-        self._kept: list[tuple[Any, torch.Tensor, torch.Tensor | None]] = []
-        """Each layer merged by the open block, with its frozen weight and bias to put back."""
+        self._kept: list[tuple[Any, str, torch.Tensor | None, torch.Tensor | None]] = []
+        """Each layer merged by the open block, with the name, frozen value and bias of the weight to put back."""
         self._buffers: dict[Any, torch.Tensor] = {}
         """Each plain LoRA layer's merged weight, kept between blocks (as much memory as those W)."""
         self._depth = 0
@@ -99,7 +99,12 @@ class ModelSampler:
         with self._lock:
             self._depth += 1
             if self._depth == 1:
-                self._open(self.get_model())
+                try:
+                    self._open(self.get_model())
+                except BaseException:  # e.g. peft's safe merge finds NaNs: put back what merged
+                    self._depth -= 1
+                    self._close(self.get_model())
+                    raise
         try:
             yield
         finally:
@@ -122,8 +127,14 @@ class ModelSampler:
 
     def _merge_out_of_place(self, layer: Any) -> None:
         base = layer.get_base_layer()
+        name = getattr(layer, "parameter_name", "weight")  # a ParamWrapper (target_parameters) adapts another
+        param = getattr(base, name, None)
+        if not isinstance(param, torch.Tensor):  # no one weight to put back (LoRA on nn.MultiheadAttention)
+            self._kept.append((layer, name, None, None))
+            layer.merge()  # and peft's unmerge on closing
+            return
         bias = getattr(base, "bias", None)
-        self._kept.append((layer, base.weight.data, None if bias is None else bias.data))
+        self._kept.append((layer, name, param.data, bias.data if isinstance(bias, torch.Tensor) else None))
         adapters = layer.active_adapters
         plain = (  # one plain LoRA adapter on a weight: W + ΔW into this layer's own buffer
             len(adapters) == 1
@@ -134,17 +145,25 @@ class ModelSampler:
         if not plain:  # peft's merge into a copy of W (variants, biases, other tuners)
             layer.merge(safe_merge=True)
             return
+        weight = param.data
         merged = self._buffers.get(layer)
-        if merged is None:
-            merged = self._buffers[layer] = torch.empty_like(base.weight.data)
-        torch.add(base.weight.data, layer.get_delta_weight(adapters[0]), out=merged)
-        base.weight.data = merged
+        if merged is None or (merged.shape, merged.dtype, merged.device) != (weight.shape, weight.dtype, weight.device):
+            merged = self._buffers[layer] = torch.empty_like(weight)  # first merge, or the model was moved
+        torch.add(weight, layer.get_delta_weight(adapters[0]), out=merged)
+        param.data = merged
         layer.merged_adapters.append(adapters[0])
 
     def _close(self, model: Any) -> None:
-        for layer, weight, bias in self._kept:
+        # Last merged, first put back: two tuner layers over one weight (tied embeddings with LoRA
+        # on embed_tokens and lm_head) each kept what the previous one left, so only the first
+        # layer's kept W is the frozen one.
+        for layer, name, weight, bias in reversed(self._kept):
+            if weight is None:
+                with torch.no_grad():
+                    layer.unmerge()
+                continue
             base = layer.get_base_layer()
-            base.weight.data = weight
+            getattr(base, name).data = weight
             if bias is not None:
                 base.bias.data = bias
             layer.merged_adapters.clear()
