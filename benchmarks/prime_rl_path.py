@@ -24,7 +24,12 @@ groups and the median per-repeat ratios of the stepwise path to each other path.
 goes). The paths alternate within each repeat, since this machine is shared, and the garbage
 collector is off while timing, as in ``timeit``.
 
-    python benchmarks/prime_rl_path.py [--groups 1024] [--tokens 32 256] [--repeats 7]
+``--walked``: before each group's call, and untimed, the group is walked as prime-rl 559b447's
+``TrainSink.process_group`` walks it just before ``finalize_group`` (``walk_as_prime_rl``), so
+every path starts from the caches prime-rl leaves it; the clocks then run per group (two
+readings a group, the same for every path).
+
+    python benchmarks/prime_rl_path.py [--groups 1024] [--tokens 32 256] [--repeats 7] [--walked]
 """
 
 from __future__ import annotations
@@ -104,6 +109,15 @@ def reward_minus_mean(episodes: list[vf.Episode], count_sampled: Callable[[list[
 count_true = operator.methodcaller("count", True)  # mask.count(True), without a Python frame
 
 
+def walk_as_prime_rl(episodes: list[vf.Episode]) -> list[vf.Trace]:
+    """What prime-rl's ``process_group`` reads of a group before it calls the algorithm: each
+    trace's error flag (counted for its log line) and, for its survivors
+    (``iter_trainable_traces``), trainability and whether any node holds a sampled token."""
+    traces = [trace for episode in episodes for trace in episode.traces]
+    sum(not trace.ok for trace in traces)
+    return [t for t in traces if t.ok and t.agent.trainable and any(any(node.mask) for node in t.nodes)]
+
+
 class Replayed(Estimator):
     """``inner``'s estimate of each group, recorded on a first pass over the groups and handed
     back in the same order on every later pass: an estimator that costs nothing."""
@@ -135,23 +149,44 @@ CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 BROADCAST = "reward-minus-mean broadcast"
 
 
-def paired_medians(paths: dict, repeats: int) -> dict[str, tuple[dict[str, float], dict[str, float], dict[str, float]]]:
-    """Per clock of ``CLOCKS``: the median seconds per path, the paths taking turns within each
-    repeat so that a load change on the machine hits them alike; for every other path, the
-    median of the per-repeat ratios of the first path to it; and for every path, the median of
-    its per-repeat ratios to the ``BROADCAST`` path."""
-    for run in paths.values():
-        run()  # warm up
+Score = Callable[[list[vf.Episode]], object]  # one path: scores one group
+
+
+def one_pass(score: Score, groups: list[list[vf.Episode]], walked: bool) -> dict[str, float]:
+    """Seconds per clock of ``score`` over every group; with ``walked``, each group walked first
+    (``walk_as_prime_rl``, untimed) and the clocks read around each group's call."""
+    spent = dict.fromkeys(CLOCKS, 0.0)
+    if not walked:
+        start = {clock: now() for clock, now in CLOCKS.items()}
+        for group in groups:
+            score(group)
+        return {clock: now() - start[clock] for clock, now in CLOCKS.items()}
+    for group in groups:
+        walk_as_prime_rl(group)
+        start = {clock: now() for clock, now in CLOCKS.items()}
+        score(group)
+        for clock, now in CLOCKS.items():
+            spent[clock] += now() - start[clock]
+    return spent
+
+
+def paired_medians(
+    paths: dict, groups: list[list[vf.Episode]], repeats: int, walked: bool = False
+) -> dict[str, tuple[dict[str, float], dict[str, float], dict[str, float]]]:
+    """Per clock of ``CLOCKS``: the median seconds per path (``paths`` score one group), the
+    paths taking turns within each repeat so that a load change on the machine hits them alike;
+    for every other path, the median of the per-repeat ratios of the first path to it; and for
+    every path, the median of its per-repeat ratios to the ``BROADCAST`` path."""
+    for score in paths.values():
+        one_pass(score, groups, walked)  # warm up
     times: dict[str, dict[str, list[float]]] = {clock: {name: [] for name in paths} for clock in CLOCKS}
     gc.collect()
     gc.disable()  # as timeit does: millions of live token objects make collections dominate
     try:
         for _ in range(repeats):
-            for name, run in paths.items():
-                start = {clock: now() for clock, now in CLOCKS.items()}
-                run()
-                for clock, now in CLOCKS.items():
-                    times[clock][name].append(now() - start[clock])
+            for name, score in paths.items():
+                for clock, seconds in one_pass(score, groups, walked).items():
+                    times[clock][name].append(seconds)
     finally:
         gc.enable()
     first, *others = paths
@@ -178,6 +213,7 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=8)
     parser.add_argument("--tokens", type=int, nargs=2, default=(32, 256), metavar=("MIN", "MAX"))
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--walked", action="store_true", help="walk each group as prime-rl does first (untimed)")
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -189,26 +225,10 @@ def main() -> None:
         f"({args.tokens[0]}-{args.tokens[1]} per turn; built in {time.perf_counter() - start:.1f} s)"
     )
 
-    def reference() -> None:
-        for group in groups:
-            reward_minus_mean(group)
-
-    def reference_counting() -> None:
-        for group in groups:
-            reward_minus_mean(group, count_true)
-
     default = get_estimator("stepwise")
     replayed = Replayed(get_estimator("stepwise", gamma=0.4), groups)
-
-    def with_default() -> None:
-        for group in groups:
-            score_group(group, default)
-
-    def with_a_free_estimator() -> None:
-        for group in groups:
-            score_group(group, replayed)
-
-    paths = {}
+    paths: dict[str, Score] = {}
+    prime_rl_paths: dict[str, Score] = {}
     if importlib.util.find_spec("prime_rl") is not None:
         from prime_rl.configs.algorithm import GRPOAlgoConfig
         from prime_rl.orchestrator.algo import GRPOAlgorithm
@@ -217,24 +237,21 @@ def main() -> None:
 
         algorithm = StepwiseAlgorithm(StepwiseAlgoConfig(options={"gamma": 0.4}), policy_pool=None)
         grpo = GRPOAlgorithm(GRPOAlgoConfig(), policy_pool=None)
-        paths["stepwise: StepwiseAlgorithm.score_group"] = lambda: [
-            _drive(algorithm.score_group(group)) for group in groups
-        ]
-        paths[BROADCAST] = reference
-        paths["reward-minus-mean broadcast, list.count"] = reference_counting
-        paths["prime-rl GRPOAlgorithm.score_group"] = lambda: [_drive(grpo.score_group(g)) for g in groups]
+        paths["stepwise: StepwiseAlgorithm.score_group"] = lambda group: _drive(algorithm.score_group(group))
+        prime_rl_paths["prime-rl GRPOAlgorithm.score_group"] = lambda group: _drive(grpo.score_group(group))
     else:
         estimator = get_estimator("stepwise", gamma=0.4)
-        paths["stepwise: credit.score_group (StepwiseAlgorithm's one call)"] = lambda: [
-            score_group(group, estimator) for group in groups
-        ]
-        paths[BROADCAST] = reference
-        paths["reward-minus-mean broadcast, list.count"] = reference_counting
-    paths[ADDED[0]] = with_default
-    paths[ADDED[1]] = with_a_free_estimator
+        paths["stepwise: credit.score_group (StepwiseAlgorithm's one call)"] = lambda g: score_group(g, estimator)
+    paths[BROADCAST] = reward_minus_mean
+    paths["reward-minus-mean broadcast, list.count"] = lambda group: reward_minus_mean(group, count_true)
+    paths.update(prime_rl_paths)
+    paths[ADDED[0]] = lambda group: score_group(group, default)
+    paths[ADDED[1]] = lambda group: score_group(group, replayed)
 
     first = next(iter(paths))
-    for clock, (medians, ratios, to_broadcast) in paired_medians(paths, args.repeats).items():
+    if args.walked:
+        print("each group walked as prime-rl's process_group walks it before each call (untimed)")
+    for clock, (medians, ratios, to_broadcast) in paired_medians(paths, groups, args.repeats, args.walked).items():
         print(f"-- {clock} time")
         for name, seconds in medians.items():
             print(f"{name:<60} {seconds:8.3f} s")

@@ -1,4 +1,5 @@
-"""benchmarks/swe_setup.py runs (tiny sizes; the numbers are in docs/benchmarks.md, never timed here)."""
+"""benchmarks/swe_setup.py runs (tiny sizes; the numbers are in docs/benchmarks.md, never timed here). It
+compares two bundles, stepwise-swe-bench against stepwise-refine, so it runs with every bundle installed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow  # two real vf-eval runs
 
