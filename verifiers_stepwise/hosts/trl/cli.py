@@ -143,7 +143,7 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
         from matplotlib.ticker import MaxNLocator
 
     steps = [entry for entry in log_history if "reward" in entry]
-    figure, axis = plt.subplots(figsize=(6, 3.5))
+    figure, axis = plt.subplots(figsize=(6.5, 4.2))
     for key, label in (("reward", "episode reward"), ("turn_rewards/mean", "turn reward (mean)")):
         points = [(entry["step"], entry[key]) for entry in steps if key in entry]
         if points:
@@ -160,7 +160,7 @@ def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Pa
     axis.set_xlabel("step")
     axis.set_ylabel("reward")
     axis.set_title(title)
-    axis.legend()
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
