@@ -345,8 +345,9 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", "not ve
 def test_mains_rollouter_on_verifiers_0_3_1(tmp_path):
     """This file's tests again, on verifiers 0.3.1 (torchtitan main's pin) from PyPI: a venv
     that holds verifiers 0.3.1 and what it needs at other versions, in front of this one's
-    packages (a .pth file), so everything else is as here. stepwise-dapo-math skips there (its
-    own metadata needs verifiers>=0.4); stepwise-refine runs."""
+    packages (a .pth file adding their site directory, editable installs included), so everything
+    else is as here. stepwise-dapo-math skips there (its own metadata needs verifiers>=0.4);
+    stepwise-refine runs."""
     import sysconfig
     import venv
 
@@ -356,7 +357,8 @@ def test_mains_rollouter_on_verifiers_0_3_1(tmp_path):
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
     ).stdout.strip()
-    Path(site, "zz_outer_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    outer = sysconfig.get_paths()["purelib"]
+    Path(site, "zz_outer_environment.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
     pip = subprocess.run(
         [python, "-m", "pip", "install", "-q", "verifiers==0.3.1"], capture_output=True, text=True, timeout=900
     )
@@ -365,4 +367,4 @@ def test_mains_rollouter_on_verifiers_0_3_1(tmp_path):
     done = subprocess.run([python, "-c", _ON_0_3_1, __file__], capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
-    assert summary.startswith("5 passed, 1 skipped"), summary  # all but stepwise-dapo-math, which skips
+    assert summary.startswith("6 passed, 1 skipped"), summary  # all but stepwise-dapo-math, which skips

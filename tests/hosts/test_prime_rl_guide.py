@@ -1,15 +1,17 @@
 """docs/prime-rl.md's "Run it", command by command, against prime-rl 559b447 itself.
 
 Every command line of the guide's shell blocks is in exactly one of three tables below: run
-here as written (in a fresh directory holding the guide's ``rl.toml``, with ``STEPWISE`` set to
-this checkout and this interpreter first on ``PATH``, which is what the guide's activated
-environment is), provided by this test's environment, or not run, with the reason. A command
+here as written (the install in prime-rl's checkout, the rest in a fresh directory holding the
+guide's ``rl.toml``; ``STEPWISE`` set to this checkout, ``VIRTUAL_ENV`` to this interpreter's
+environment and its folder first on ``PATH``, which is what the guide's activated environment
+is), provided by this test's environment, or not run, with the reason. A command
 added to the guide without a decision fails ``test_every_command_of_the_guide_is_accounted_for``.
 All but that one need prime-rl (``STEPWISE_PRIME_RL``; .ci/run's prime-rl environment requires it).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -30,10 +32,11 @@ GUIDE = ROOT / "docs" / "prime-rl.md"
 COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"  # ../shared/vendor/README.md
 CONFIGS = "outputs/stepwise-refine/configs"
 
+INSTALL = 'uv pip install -e "$STEPWISE" -e "$STEPWISE/environments/stepwise_refine"'
 DRY_RUN = "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml --dry-run"
 ENV_SERVER = f"python -m prime_rl.entrypoints.env_server @ {CONFIGS}/envs/train/refine.json"
 ORCHESTRATOR = f"python -m verifiers_stepwise.hosts.prime_rl orchestrator @ {CONFIGS}/orchestrator.json"
-RUN = ('python -c "import verifiers_stepwise.hosts.prime_rl"', DRY_RUN, ENV_SERVER, ORCHESTRATOR)
+RUN = (INSTALL, 'python -c "import verifiers_stepwise.hosts.prime_rl"', DRY_RUN, ENV_SERVER, ORCHESTRATOR)
 PROVIDED = {
     "source .venv/bin/activate": "this interpreter is prime-rl's environment (first on PATH)",
     "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
@@ -45,9 +48,6 @@ NOT_RUN = {
         "network; verifiers a60a606 is the vendored archive"
     ),
     "uv sync --all-extras": "network and prime-rl's CUDA wheels (vLLM, flash-attn)",
-    'uv pip install -e "$STEPWISE" -e "$STEPWISE/environments/stepwise_refine"': (
-        ".ci/run installs these two with pip (no uv there) and checks that nothing already installed changes"
-    ),
     "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml": "the training run: 2 GPUs",
 }
 
@@ -74,12 +74,14 @@ def guide_dir(tmp_path: Path) -> Path:
 
 
 def environment() -> dict[str, str]:
-    """The guide's activated environment: this interpreter first on PATH, prime-rl importable."""
+    """The guide's activated environment (``VIRTUAL_ENV`` and this interpreter's folder first on
+    PATH, as ``source .venv/bin/activate`` sets them), prime-rl importable."""
     roots = [p for p in sys.path if Path(p, "prime_rl").is_dir()]
     return {
         **os.environ,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
         "PYTHONPATH": os.pathsep.join([*roots, os.environ.get("PYTHONPATH", "")]),
+        "VIRTUAL_ENV": sys.prefix,
         "STEPWISE": str(ROOT),
         "HF_HUB_OFFLINE": "1",
     }
@@ -121,10 +123,35 @@ def test_the_deployment_block_is_prime_rls_default_of_two_gpus(guide_dir):
     assert "**2 NVIDIA GPUs**" in run_it()
 
 
+def installed() -> dict[str, str]:
+    """Every distribution of this environment, name -> version, read in a fresh process."""
+    script = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+    return json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout)
+
+
+@needs_prime_rl
+@pytest.mark.slow
+def test_the_guides_uv_install_runs_as_written_and_changes_nothing_else():
+    """Step 2's install with uv, in prime-rl's checkout (where the guide's user is, so uv applies
+    prime-rl's ``[tool.uv]``: its ``required-version``, its ``exclude-newer``), into this
+    environment: both packages come back from this checkout, installed by uv (.ci/run installed
+    them with pip, so this is the line's own work), and no other distribution changes."""
+    assert sys.prefix != sys.base_prefix, "the guide installs into prime-rl's virtual environment"
+    before = installed()
+    done = shell(INSTALL, Path(os.environ[PRIME_RL_VAR]))
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert installed() == before
+    for name, folder in (("verifiers-stepwise", ROOT), ("stepwise-refine", ROOT / "environments" / "stepwise_refine")):
+        dist = importlib.metadata.distribution(name)
+        assert (dist.read_text("INSTALLER") or "").strip() == "uv", name
+        url = json.loads(dist.read_text("direct_url.json") or "{}")
+        assert url["dir_info"] == {"editable": True} and url["url"] == folder.as_uri(), url
+
+
 @needs_prime_rl
 @pytest.mark.slow
 def test_the_guides_cpu_commands_run_as_written(guide_dir):
-    check, dry_run, env_server, orchestrator = RUN
+    _, check, dry_run, env_server, orchestrator = RUN
     for command in (check, dry_run):
         done = shell(command, guide_dir)
         assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])

@@ -2,19 +2,23 @@
 
 Every command of the guide's shell blocks (a line, or lines joined by a trailing backslash) is in
 exactly one of the tables below: run here as written (in a fresh directory, ``STEPWISE`` set to
-this checkout, this interpreter first on ``PATH``, and no test import shim: a subprocess sees
-torchtitan as a user's shell does), provided by this test's environment, or not run, with the
-reason. On a machine without torchtitan's GPU stack the run commands stop where the guide says.
+this checkout, and no test import shim: a subprocess sees torchtitan as a user's shell does),
+provided by this test's environment, or not run, with the reason. Step 1's install runs in a
+fresh venv that sees this environment's packages (a .pth adding its site directory), so it
+installs the two packages there and changes nothing here; the later commands run in that venv.
+On a machine without torchtitan's GPU stack the run commands stop where the guide says.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -31,11 +35,8 @@ TRAIN = (
     " --config rl_stepwise_verifiers_dapo_qwen3_4b_math --hf_assets_path checkpoints/Qwen3-4B-Base"
 )
 INSTALL = 'pip install -e "$STEPWISE[torchtitan]" -e "$STEPWISE/environments/stepwise_dapo_math"'
-RUN = (CHECK, TRAIN)
-PROVIDED = {
-    "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
-    INSTALL: ".ci/run installs both (test_the_install_is_what_ci_installs)",
-}
+RUN = (INSTALL, CHECK, TRAIN)
+PROVIDED = {"export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout"}
 NOT_RUN = {"hf download Qwen/Qwen3-4B-Base --local-dir checkpoints/Qwen3-4B-Base": "network, 8 GB"}
 
 
@@ -60,15 +61,46 @@ def test_every_command_of_the_guide_is_accounted_for():
     assert sorted(found) == sorted([*RUN, *PROVIDED, *NOT_RUN]), set(found) ^ {*RUN, *PROVIDED, *NOT_RUN}
 
 
-def test_the_install_is_what_ci_installs():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    assert "torchtitan==0.3.0" in extras["torchtitan"]
-    assert any("torchtitan" in dev for dev in extras["dev"])  # .ci/run: pip install -e ".[dev]"
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install -e ".[dev]"' in ci and "environments/stepwise_dapo_math" in ci
-    assert importlib.metadata.version("torchtitan") == "0.3.0"
-    assert importlib.util.find_spec("stepwise_dapo_math") is not None
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory) -> tuple[dict[str, str], Path]:
+    """Step 1 as written, in a fresh venv over this environment: its shell environment and its
+    site-packages."""
+    venv = tmp_path_factory.mktemp("guide") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    purelib = subprocess.run(
+        [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "zz_outer.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+    env["STEPWISE"] = str(ROOT)
+    done = subprocess.run(
+        ["bash", "-c", INSTALL], cwd=venv.parent, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return env, Path(purelib)
+
+
+@pytest.mark.slow
+def test_the_install_runs_as_written_and_brings_nothing_ci_lacks(user_env):
+    """The extra pins torchtitan 0.3.0; the install puts both packages, editable from this checkout,
+    in the venv and nothing else: CI's environment holds every dependency step 1 asks for."""
+    assert (
+        "torchtitan==0.3.0"
+        in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["torchtitan"]
+    )
+    installed = {
+        dist.name.replace("_", "-"): dist for dist in importlib.metadata.distributions(path=[str(user_env[1])])
+    }
+    assert set(installed) - {"pip", "setuptools"} == {"verifiers-stepwise", "stepwise-dapo-math"}, set(installed)
+    for name, folder in (
+        ("verifiers-stepwise", ROOT),
+        ("stepwise-dapo-math", ROOT / "environments/stepwise_dapo_math"),
+    ):
+        url = json.loads(installed[name].read_text("direct_url.json") or "{}")
+        assert url == {"dir_info": {"editable": True}, "url": folder.as_uri()}, url
 
 
 def test_the_layout_adds_up_to_eight_gpus():
@@ -89,16 +121,11 @@ def test_the_layout_adds_up_to_eight_gpus():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not gpu_stack_missing(), reason="torchtitan's GPU stack is installed: nothing stops on CPU")
-def test_the_guides_commands_stop_at_a_gpu_only_package_as_written(tmp_path):
-    env = {
-        **os.environ,
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-        "STEPWISE": str(ROOT),
-    }
+def test_the_guides_commands_stop_at_a_gpu_only_package_as_written(tmp_path, user_env):
     outputs = {}
-    for command in RUN:
+    for command in (CHECK, TRAIN):
         done = subprocess.run(
-            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+            ["bash", "-c", command], cwd=tmp_path, env=user_env[0], capture_output=True, text=True, timeout=300
         )
         assert done.returncode != 0, command
         outputs[command] = done.stderr.strip().splitlines()[-1]
