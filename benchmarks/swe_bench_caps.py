@@ -64,7 +64,18 @@ def _without(argv: list[str], defenses: set[str]) -> list[str]:
 @contextlib.contextmanager
 def config(name: str) -> Iterator[None]:
     """The code paths of configuration ``name`` (see the module docstring)."""
-    off = set(DEFENSES) if name == "none" else {name.removeprefix("all - ")} & set(DEFENSES)
+    if name == "none":
+        with without(set(DEFENSES), caps=False):
+            yield
+    else:
+        with without({name.removeprefix("all - ")} & set(DEFENSES)):
+            yield
+
+
+@contextlib.contextmanager
+def without(off: set[str], caps: bool = True) -> Iterator[None]:
+    """The code paths without the defenses ``off`` (of ``DEFENSES``) and, unless ``caps``, without
+    the caps that came before them (volume, memory cgroup, watchers)."""
     command = sandbox.BwrapSandbox.command
     guards = sandbox.BwrapSandbox._guards
 
@@ -87,7 +98,7 @@ def config(name: str) -> Iterator[None]:
             patch(mock.patch.object(cpu, "episode_cpu", lambda *a: None))
         if "open-files" in off:
             patch(mock.patch.object(sandbox.BwrapSandbox, "_guards", guards_without))
-        if name == "none":
+        if not caps:
             patch(mock.patch.object(box, "make_volume", lambda *a: False))
             patch(mock.patch.object(volume, "make_volume", lambda *a: False))
             patch(mock.patch.object(memory, "episode_memory", lambda *a: _NoCap()))

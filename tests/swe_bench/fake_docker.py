@@ -67,17 +67,19 @@ elif command == "exec":
     inner = after_container(argv)
     if inner[:2] == ["/bin/bash", "-c"] and len(inner) >= 5:
         user_command = inner[4]
+        status = 0
         if user_command == "git rev-parse HEAD":
             print(os.environ["FAKE_DOCKER_HEAD"])
         elif " diff --binary " in user_command or " diff --cached --raw " in user_command:
             pass  # the model changed nothing (its diff, and the grading copy's, are empty)
         elif "stepwise-stdin-" in user_command and "bash /tmp/stepwise-eval-" in user_command:
             print(Path(os.environ["FAKE_DOCKER_VERDICT_LOG"]).read_text(), end="")
+            status = 1  # pytest's status beside the report's failed decoys
         elif user_command.startswith("bash /tmp/stepwise-eval-"):
             print(Path(os.environ["FAKE_DOCKER_EVAL_LOG"]).read_text(), end="")
         else:
             print(f"ran: {user_command}")
-        print(f"{STATUS} 0", file=sys.stderr)
+        print(f"{STATUS} {status}", file=sys.stderr)
     elif inner[:2] == ["sh", "-c"] and "cat >" in inner[2]:
         target = inner[2].rsplit("cat > ", 1)[1].strip("'")
         (state / "files").mkdir(exist_ok=True)

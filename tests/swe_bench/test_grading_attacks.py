@@ -42,7 +42,15 @@ REJECTED = {
     "hidden_test_edit": "tests/test_slugify.py is a file the hidden tests change",
 }
 NOT_GRADED_AS_FIXED = ["ignored_conftest", "git_hook", "leak_through_exception", "terminal_escapes"]
-TAMPERED = ["decoy_xfail", "decoy_report_patch", "decoy_always_equal"]
+TAMPERED = {
+    "decoy_xfail": "did not fail",
+    "decoy_report_patch": "did not fail",
+    "decoy_always_equal": "did not fail",
+    "decoy_markers": "printed 2 reports",
+    "decoy_exit_hook": "exit status was forged",
+    "decoy_exit_mid_run": "ended without the grader's report",
+    "decoy_rerun": "exit status was forged",
+}
 KILLED_BY_A_CAP = {"fix_that_exhausts_memory": "memory_limit"}
 FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix and name not in KILLED_BY_A_CAP]
 
@@ -56,11 +64,13 @@ def check(results: dict[str, dict]) -> None:
     for name in NOT_GRADED_AS_FIXED:
         result = results[name]
         assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
-    for name in TAMPERED:
+    for name, why in TAMPERED.items():
         result = results[name]
         assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
-        assert result["tampered"] and "did not fail" in result["tampered"], (name, result["tampered"])
+        assert result["tampered"] and why in result["tampered"], (name, result["tampered"])
         assert "scored 0" in result["feedback"], name
+    for name in ("decoy_exit_hook", "decoy_rerun"):
+        assert results[name]["test_exit_code"] == 0, name  # recorded, not trusted
     for name in FIXES:
         result = results[name]
         assert result["resolved"] and result["reward"] == 1.0, (name, result["rejected"], result["test_output"][-500:])

@@ -74,20 +74,31 @@ def test_the_exit_code_is_the_eval_scripts_last_marker_not_one_the_code_printed(
     assert recorded_exit_code("killed before the end") is None
 
 
-SOLVE = [
-    Reply(tool_calls=[ToolCallReply("edit", {"path": "semverlite/version.py", "old": "return max(versions)",
-                                             "new": "return max(versions, key=Version.parse)"})]),
-    Reply(tool_calls=[ToolCallReply("submit", {})]),
-    "latest() now compares parsed versions.",
-]  # fmt: skip
+def gold(instance) -> list:
+    """A model that applies the instance's gold patch with ``bash``, then submits."""
+    command = f"git apply <<'EOF'\n{instance.patch}EOF"
+    return [Reply(tool_calls=[ToolCallReply("bash", {"command": command})]),
+            Reply(tool_calls=[ToolCallReply("submit", {})]), "Fixed."]  # fmt: skip
+
+
+README_FLAGS = ["-n", "5", "-r", "4", "--env.max-turns", "3", "--env.reward", "partial", "--no-push"]
+"""The bundle README's offline command's flags (``test_the_readme_shows_the_command_run_here``)."""
+
+
+def test_the_readme_shows_the_command_run_here():
+    readme = (Path(__file__).resolve().parents[2] / "environments" / "stepwise_swe_bench" / "README.md").read_text()
+    assert "pip install . ./environments/stepwise_swe_bench\n" in readme
+    assert "--client.api-key-var KEY_VAR \\\n  " + " ".join(README_FLAGS) + "\n" in readme
 
 
 @pytest.mark.slow
 def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytest(tmp_path):
     """The bundle README's install (``pip install . ./environments/stepwise_swe_bench`` from a
-    checkout, into a fresh venv: not the development install) and its offline command, against
-    the local scripted model: the fix scores 1, doing nothing 0, each round graded by pytest. Then
-    pytest uninstalled: the same command stops before any episode, naming pytest."""
+    checkout, into a fresh venv: not the development install) and its offline command as written
+    (all five bundled tasks, 4 rollouts each, 3 rounds, partial reward), against the local
+    scripted model: per task two rollouts apply the gold patch (1 in their first round), two
+    change nothing (0 in each of 3 rounds), every round graded by pytest. Then pytest
+    uninstalled: the same command stops before any episode, naming pytest."""
     root = Path(__file__).resolve().parents[2]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -98,20 +109,29 @@ def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytes
 
     def vf_eval(server: ModelServer, out: Path) -> subprocess.CompletedProcess:
         command = [venv / "bin" / "vf-eval", "stepwise-swe-bench", "-m", "local-model", "--client.base-url"]
-        command += [server.base_url, "--client.api-key-var", "LOCAL_KEY", "-n", "1", "-r", "2"]
-        command += ["--env.taskset.instance-ids", '["stepwise__semverlite-12"]', "--env.max-turns", "1"]
-        return subprocess.run(command + ["--no-push", "--no-rich", "-o", str(out)], env=env, capture_output=True,
-                              text=True, timeout=600)  # fmt: skip
+        command += [server.base_url, "--client.api-key-var", "LOCAL_KEY", *README_FLAGS]
+        return subprocess.run(command + ["--no-rich", "-o", str(out)], env=env, capture_output=True, text=True,
+                               timeout=900)  # fmt: skip
 
-    problem = "latest"  # a piece of semverlite's issue text
-    with ModelServer(scripted({problem: PerRollout(SOLVE, ["I changed nothing."])})) as server:
+    instances = load_instances()
+    assert len(instances) == 5
+    plans = {i.problem_statement.splitlines()[0]: PerRollout(gold(i), ["I changed nothing."]) for i in instances}
+    with ModelServer(scripted(plans)) as server:
         graded = vf_eval(server, tmp_path / "graded")
         assert graded.returncode == 0, graded.stderr[-3000:]
         (traces,) = (tmp_path / "graded").glob("*/traces.jsonl")
         episodes = [vf.WireEpisode.model_validate_json(line) for line in traces.read_text().splitlines()]
-        rounds = [e.traces[0].info["swe_bench"]["rounds"][0] for e in episodes]
-        assert sorted(r["reward"] for r in rounds) == [0.0, 1.0]
-        assert all("No module named pytest" not in r["test_output"] and r["test_exit_code"] in (0, 1) for r in rounds)
+        by_task: dict[str, list[list[float]]] = {}
+        for episode in episodes:
+            (trace,) = episode.traces
+            assert trace.ok, trace.errors
+            rounds = trace.info["swe_bench"]["rounds"]
+            assert all("No module named pytest" not in r["test_output"] and r["tampered"] is None for r in rounds)
+            assert all(r["test_exit_code"] == 1 for r in rounds)  # the decoys fail in every honest run
+            by_task.setdefault(trace.task.data.id, []).append([r["reward"] for r in rounds])
+        assert {task: sorted(rewards) for task, rewards in by_task.items()} == {
+            i.instance_id: [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0], [1.0]] for i in instances
+        }
 
         subprocess.run([venv / "bin" / "pip", "uninstall", "-q", "-y", "pytest"], check=True, timeout=300)
         stopped = vf_eval(server, tmp_path / "stopped")

@@ -49,6 +49,21 @@ def test_the_judge_takes_only_passed_and_flags_decoys_that_did_not_fail():
     assert "without the grader's report" in judge(plan, "PASSED tests/test_a.py::test_one")[1]
 
 
+def test_an_exit_status_of_0_beside_failed_tests_is_forged():
+    """pytest exits 1 when a test it reports failed or errored, and an honest run's decoys always
+    fail: 0 there means an exit hook (``os._exit(0)`` after the report) forged it."""
+    plan = make_plan(IDS, secret=b"k" * 32)
+    (real_one, real_two), (decoy_one, decoy_two) = plan.real_names(), plan.decoy_names()
+    honest = {real_one: "passed", real_two: "passed", decoy_one: "failed", decoy_two: "error"}
+    assert judge(plan, report(honest), exit_code=1) == ({IDS[0]: "passed", IDS[1]: "passed"}, None)
+    for outcomes in (honest, {**honest, decoy_two: "failed", real_two: "failed"}):
+        _, why = judge(plan, report(outcomes), exit_code=0)
+        assert why is not None and "exit status was forged" in why
+    # Nothing failed (no decoys: tests without source to copy): 0 is pytest's own status.
+    no_decoys = {real_one: "passed", real_two: "not-collected", decoy_one: "no-decoy", decoy_two: "not-collected"}
+    assert judge(plan, report(no_decoys), exit_code=0)[1] is None
+
+
 def test_an_xfailed_decoy_is_honest_only_for_a_test_the_gold_run_reports_xfail():
     """A test marked xfail that xfails under gold: its decoy's failure is reported as an xfail,
     and its real copy's xfail is what the gold run shows. Anywhere else an xfail is no pass, and

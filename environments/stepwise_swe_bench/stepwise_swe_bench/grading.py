@@ -105,7 +105,7 @@ class RoundGrade:
     ``failed``, ``xfailed``, ...; ``verdict`` grading only)."""
     tampered: str | None = None
     """Why the test run's verdict cannot be trusted (a decoy did not fail, the grader's report
-    is missing or doubled): the round scores 0."""
+    is missing or doubled, the exit status is 0 beside failed tests): the round scores 0."""
 
     @property
     def fail_to_pass_share(self) -> float:
@@ -305,7 +305,7 @@ async def _grade_with_decoys(
     if result.termination != "exit":
         return unparsed  # killed mid-run: what its log shows is not a verdict
     gold_xfail = set(instance.GOLD_XFAIL)
-    outcomes, tampered = judge(plan, result.output, gold_xfail)
+    outcomes, tampered = judge(plan, result.output, gold_xfail, exit_code=code)
     unparsed = dataclasses.replace(unparsed, outcomes=outcomes)
     if tampered is not None:
         return dataclasses.replace(unparsed, log_parsed=bool(outcomes), tampered=tampered)

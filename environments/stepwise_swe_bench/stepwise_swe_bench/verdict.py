@@ -18,7 +18,9 @@ A test counts as passing only when its real copy reports what the gold patch's r
 (``SweInstance.GOLD_XFAIL``). Any decoy whose outcome is not one an honest run gives
 (``_HONEST_DECOY``; and ``xfailed`` for those tests, whose xfail marker turns the decoy's failure
 into an xfail), a missing report or more than one means the verdict cannot be trusted: the
-round scores 0, the reason on ``RoundGrade.tampered``.
+round scores 0, the reason on ``RoundGrade.tampered``. So does an exit status of 0 beside a report
+of failed tests (pytest exits 1 when any test fails; an honest run's decoys always do): an exit
+hook or ``os._exit(0)`` after the report forged it.
 """
 
 from __future__ import annotations
@@ -155,9 +157,13 @@ def expected(test: str, gold_xfail: Collection[str]) -> str:
     return "xfailed" if test in gold_xfail else "passed"
 
 
-def judge(plan: Plan, output: str, gold_xfail: Collection[str] = ()) -> tuple[dict[str, str], str | None]:
+def judge(
+    plan: Plan, output: str, gold_xfail: Collection[str] = (), exit_code: int | None = None
+) -> tuple[dict[str, str], str | None]:
     """Each graded test's outcome (its real copy's; ``missing`` if not reported) and why the run
-    is not to be trusted, or None. ``gold_xfail``: the tests the gold patch's run reports XFAIL."""
+    is not to be trusted, or None. ``gold_xfail``: the tests the gold patch's run reports XFAIL;
+    ``exit_code``: the test command's own exit status (pytest exits non-zero whenever a test it
+    reported failed or errored, so 0 beside such a report is a forged status)."""
     reports = [line for line in output.splitlines() if line.startswith(f"{VERDICT_MARK} ")]
     if not reports:
         return {}, "the test run ended without the grader's report of its tests"
@@ -183,4 +189,6 @@ def judge(plan: Plan, output: str, gold_xfail: Collection[str] = ()) -> tuple[di
             "decoy tests whose expectations are wrong on purpose did not fail, so the test run was "
             f"tampered with: decoys of {', '.join(wrong[:3])}{more}"
         )
+    if exit_code == 0 and any(outcome in ("failed", "error") for outcome in outcomes.values()):
+        return tests, "the test command exited 0 although its report has failed tests, so its exit status was forged"
     return tests, None
