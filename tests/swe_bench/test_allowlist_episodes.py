@@ -8,17 +8,15 @@ its round (``rejected``), before any test runs.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from stepwise_swe_bench.instances import load_instances
 
-from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
-from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.testing.server import Reply, ToolCallReply
+
+from .csvline_runs import TASK, graded_rounds
 
 pytestmark = pytest.mark.slow
 
-TASK = "stepwise__csvline-7"
 PASS_ALL = (
     "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
     "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
@@ -59,21 +57,12 @@ def plan(commands: list[str]) -> list:
 def rounds(tmp_path_factory) -> dict[str, dict]:
     """Each rollout's one graded round (with its turn rewards), by attack name or ``gold``."""
     (instance,) = load_instances(instance_ids=[TASK])
-    home = tmp_path_factory.mktemp("home")
     plans = [plan([f"git apply <<'EOF'\n{instance.patch}EOF"]), *(plan(c) for c, _ in ATTACKS.values())]
-    flags = [
-        "stepwise-swe-bench", "-n", "1", "-r", str(len(plans)), "--env.max-turns", "1",
-        "--env.taskset.instance-ids", json.dumps([TASK]),
-    ]  # fmt: skip
-    with ModelServer(scripted({"csvline": PerRollout(*plans)})) as server:
-        run = run_vf_eval(flags, server.base_url, output_dir=home / "outputs", env={"HOME": str(home)})
-    found = {}
-    for episode in run.episodes:
-        trace = episode.traces[0]
-        assert trace.ok, trace.errors
-        (round_,) = trace.info["swe_bench"]["rounds"]
-        name = next((n for n, (_, path) in ATTACKS.items() if f"b/{path}" in round_["patch"]), "gold")
-        found[name] = {**round_, "turn_rewards": trace.info["turn_rewards"]}
+    found = graded_rounds(
+        tmp_path_factory.mktemp("home"),
+        plans,
+        lambda patch: next((n for n, (_, path) in ATTACKS.items() if f"b/{path}" in patch), "gold"),
+    )
     assert sorted(found) == sorted([*ATTACKS, "gold"])
     return found
 

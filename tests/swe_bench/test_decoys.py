@@ -8,18 +8,17 @@ the new report). Each must score 0 with the reason on its round (``tampered``).
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
 from stepwise_swe_bench.instances import load_instances
 
-from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
-from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.testing.server import Reply, ToolCallReply
+
+from .csvline_runs import TASK, graded_rounds
 
 pytestmark = pytest.mark.slow
 
-TASK = "stepwise__csvline-7"
 IMPORTS = "from .parser import join_line, split_line\n"
 ATTACKS = {
     # pytest.xfail() from library code: every test that calls it is XFAIL, which counted as a pass.
@@ -124,21 +123,12 @@ def gold() -> list:
 @pytest.fixture(scope="module")
 def rounds(tmp_path_factory) -> dict[str, dict]:
     """Each rollout's one graded round (with its turn rewards), by attack name or ``gold``."""
-    home = tmp_path_factory.mktemp("home")
     plans = [gold(), *(attack(name) for name in ATTACKS)]
-    flags = [
-        "stepwise-swe-bench", "-n", "1", "-r", str(len(plans)), "--env.max-turns", "1",
-        "--env.taskset.instance-ids", json.dumps([TASK]),
-    ]  # fmt: skip
-    with ModelServer(scripted({"csvline": PerRollout(*plans)})) as server:
-        run = run_vf_eval(flags, server.base_url, output_dir=home / "outputs", env={"HOME": str(home)})
-    found = {}
-    for episode in run.episodes:
-        trace = episode.traces[0]
-        assert trace.ok, trace.errors
-        (round_,) = trace.info["swe_bench"]["rounds"]
-        name = next((n for n in ATTACKS if f"+# attack: {n}\n" in round_["patch"]), "gold")
-        found[name] = {**round_, "turn_rewards": trace.info["turn_rewards"]}
+    found = graded_rounds(
+        tmp_path_factory.mktemp("home"),
+        plans,
+        lambda patch: next((n for n in ATTACKS if f"+# attack: {n}\n" in patch), "gold"),
+    )
     assert sorted(found) == sorted([*ATTACKS, "gold"])
     return found
 
