@@ -258,8 +258,12 @@ async def test_the_readmes_dapo_refine_numbers():
     wrong = "Answer: 1"
     plan = {PROBLEMS[0]: PerRollout([wrong, f"Answer: {GOLDS[0]}"], [f"Answer: {GOLDS[0]}"], [wrong] * 4)}
     (group,) = await play(plan, env(max_turns=4), rollouts=3, limit=1)
-    rewards = [t.info["turn_rewards"] for t in traces(group)]
-    assert rewards == [[-1.0, 1.0], [1.0], [-1.0] * 4]
+    # the k-th rollout to reach the server gets plan k, not the k-th slot: put them in plan order
+    planned = [[-1.0, 1.0], [1.0], [-1.0] * 4]
+    rewards = sorted(
+        (t.info["turn_rewards"] for t in traces(group)), key=lambda r: planned.index(r) if r in planned else -1
+    )
+    assert rewards == planned
     stepwise = get_estimator("stepwise")(rewards)
     expected = [[1.0, 5 / 3], [2.0], [-3.0, -7 / 3, -4 / 3, -2 / 3]]
     assert [a == pytest.approx(e) for a, e in zip(stepwise, expected)] == [True] * 3
