@@ -7,9 +7,10 @@ command alone, whose exit status is that call's own. The test command runs pytes
 
 The plan comes from a secret drawn per round on the host (``secrets.token_bytes``), never
 written anywhere: each graded test ``t`` is run twice, as ``test_<HMAC(secret, "real" + t)>``
-and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with 16 bits from the same
-HMAC that both copies use to perturb expected values. A decoy passes only if its equalities
-held against the expected value and a perturbed one alike (``verdict_plugin``), so an honest
+and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with 64 draws from the same
+HMAC that both copies use to place each expected value among the values its equality is
+compared with. A decoy passes only if its equalities held against all of them alike
+(``verdict_plugin``), so an honest
 run reports it FAILED whether or not the fix is right. The plugin prints one structured line
 of outcomes; stdout is not parsed otherwise.
 
@@ -94,7 +95,8 @@ def split_eval_script(script: str) -> TestRun | None:
 
 @dataclass(frozen=True)
 class Plan:
-    """Each graded test's two names (``real``, ``decoy``) and the decoy's perturbation bits."""
+    """Each graded test's two names (``real``, ``decoy``) and where its equalities put the
+    expected value among the values they compare with (``draws``, one per equality, cycling)."""
 
     tests: tuple[dict, ...]
 
@@ -139,13 +141,13 @@ def make_plan(test_ids: list[str], secret: bytes | None = None) -> Plan:
 
     tests = []
     for test in dict.fromkeys(test_ids):
-        bits = [int(c, 16) & 1 for c in mac("bits", test)[:16]]
+        draws = [int(c, 16) for c in mac("draws", test)]
         tests.append(
             {
                 "id": test,
                 "real": f"test_{mac('real', test)[:16]}",
                 "decoy": f"test_{mac('decoy', test)[:16]}",
-                "bits": bits,
+                "draws": draws,
             }
         )
     return Plan(tuple(tests))

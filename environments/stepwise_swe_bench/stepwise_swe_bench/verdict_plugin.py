@@ -8,13 +8,13 @@ pytest only.
 The plan names every graded test twice, ``real`` and ``decoy``, under names the host derived
 with a keyed hash; the items run sorted by node id, so neither names nor order say which is
 which. Both copies are compiled here from the same transformed source, where each
-``assert L == R`` becomes ``_vf_check(L, R, i)``: evaluate both sides once, make ``R'``, a
-value of ``R``'s type that differs from it (``_perturbed``, moved one of two ways by the plan's
-bits), and compare ``L == R`` and ``L == R'`` in an order the bits also choose. Both copies make
-exactly these calls; only what follows differs, a closure flag: the real copy asserts
-``L == R``; the decoy records both results and passes only if, for every equality it ran,
-``L`` equalled both ``R`` and ``R'``. Honest equality is transitive and ``R != R'``, so an honest
-run reports every decoy FAILED, fixed or not. Everything else about the copies (module, globals,
+``assert L == R`` becomes ``_vf_check(L, R, i)``: evaluate both sides once and compare ``L``
+with ``WIDTH`` values in a fixed order, ``R`` among ``WIDTH - 1`` others of its type at a
+position the plan draws (``_window``: consecutive values, so that any of them could be the
+expected one). Both copies make exactly these calls; only what follows differs, a closure
+flag: the real copy asserts ``L == R``; the decoy passes only if, for every equality it ran,
+``L`` equalled all of them. Honest equality is transitive and the others differ from ``R``, so
+an honest run reports every decoy FAILED, fixed or not. Everything else about the copies (module, globals,
 fixtures, markers, parameters, file and line numbers) is the same.
 
 At the end (``pytest_unconfigure``) one line, ``VERDICT_MARK`` and a JSON object, reports each
@@ -26,48 +26,89 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import numbers
 import sys
 import textwrap
 import types
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 VERDICT_MARK = "STEPWISE-VERDICT"
 PLAN: dict = {}
-"""Set by the bootstrap: ``{"tests": [{"id", "real", "decoy", "bits"}]}``; emptied at collection."""
+"""Set by the bootstrap: ``{"tests": [{"id", "real", "decoy", "draws"}]}``; emptied at collection."""
 _OUTCOMES: dict[str, str] = {}
 """Each planned name's outcome (the report)."""
 _NAME_OF: dict[str, str] = {}
 """The node id each planned name runs under."""
 
 
-def _perturbed(value: Any, bit: int) -> Any:
-    """A value of ``value``'s type that differs from it, one of two ways chosen by ``bit``
-    (so seeing one value does not say which way it was moved): numbers ±1, a string or
-    bytes one element longer or shorter, a sequence with its last element repeated or
-    dropped, a dict or set with one entry more or fewer. Other types: an object equal to
-    nothing."""
+WIDTH = 4
+"""How many values each equality is compared with: the expected one and ``WIDTH - 1`` others."""
+_TOP: dict[type, int] = {str: 0x110000, bytes: 0x100}
+"""One past the largest code point of a str, byte of a bytes."""
+
+
+def _moved(value: Any, k: int) -> Any:
+    """``value`` moved ``k`` steps along one line of its type's values, or None where that leaves
+    the type or ``value`` has no line (``_has_line``): numbers ``+ k``; a str or bytes its last
+    code point ``+ k``; a list or tuple its last element with a line, a dict the value of its
+    last key with one, moved so. Moving ``k`` then ``j`` steps is moving ``k + j`` (exactly for
+    integers, rationals and floats while ``+`` is exact)."""
+    if k == 0:
+        return value
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+        return cast(Any, value) + k
+    kind = type(value)
+    if kind in _TOP and value:
+        code = value[-1] if kind is bytes else ord(value[-1])
+        if not 0 <= code + k < _TOP[kind]:
+            return None
+        return value[:-1] + (bytes([code + k]) if kind is bytes else chr(code + k))
+    if kind in (list, tuple, dict):
+        keys = list(value) if kind is dict else range(len(value))
+        key = next((key for key in reversed(keys) if _has_line(value[key])), None)
+        moved = None if key is None else _moved(value[key], k)
+        if moved is None:
+            return None
+        copy: Any = dict(value) if kind is dict else list(value)
+        copy[key] = moved
+        return copy if kind is list or kind is dict else tuple(copy)
+    return None
+
+
+def _has_line(value: Any) -> bool:
+    """Whether ``_moved`` moves ``value`` (away from the ends of its line)."""
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+        return True
+    if type(value) in _TOP:
+        return bool(value)
+    if type(value) in (list, tuple, dict):
+        return any(_has_line(item) for item in (value.values() if type(value) is dict else value))
+    return False
+
+
+def _window(value: Any, draw: int) -> tuple[list, int]:
+    """The values an equality with expected value ``value`` is compared with, in this order,
+    and where ``value`` is among them.
+
+    ``WIDTH`` consecutive values of ``value``'s line (``_moved``), ``value`` at position
+    ``draw % WIDTH``: each other one differs from it, and any of them, taken as the expected
+    value at its own position, gives the same list. So the list alone says nothing about which
+    one is expected; only a prior over what expected values look like does. Where the line ends
+    within ``WIDTH`` steps (a code point near 0 or the top) the window starts at the nearest
+    start that fits, so near an end some positions are likelier. A bool is compared with
+    ``[False, True]``. A value with no line (empty, None, other types), or one that a step does
+    not change (``inf``, a float too large for ``+ 1`` to show): itself among objects equal to
+    nothing, which tell themselves apart from it."""
+    at = draw % WIDTH
     if isinstance(value, bool):
-        return not value
-    if isinstance(value, (int, float)):
-        return value + (1 if bit else -1)
-    if type(value) in _ONE:
-        if value and not bit:
-            return value[:-1]
-        return value + (value[-1:] if value else _ONE[type(value)])
-    if isinstance(value, dict):
-        if value and not bit:
-            return dict(list(value.items())[:-1])
-        return {**value, object(): None}
-    if isinstance(value, (set, frozenset)):
-        if value and not bit:
-            return type(value)(list(value)[:-1])
-        return type(value)([*value, object()])
-    return _Unequal()
-
-
-_ONE: dict[type, Any] = {str: "a", bytes: b"a", list: [None], tuple: (None,)}
+        return [False, True], int(value)
+    for start in sorted(range(1 - WIDTH, 1), key=lambda s: (abs(s + at), s)):  # -at first
+        line = [_moved(value, start + i) for i in range(WIDTH)]
+        if all(v is not None for v in line) and all(i == -start or not _equal(v, value) for i, v in enumerate(line)):
+            return line, -start
+    return [value if i == at else _Unequal() for i in range(WIDTH)], at
 
 
 class _Unequal:
@@ -128,20 +169,17 @@ def _compile(function: Any, module: types.ModuleType) -> Any:
     return namespace["_vf_factory"]
 
 
-def _copy(item: pytest.Function, factory: Any, name: str, bits: list[int], decoy: bool) -> pytest.Function:
+def _copy(item: pytest.Function, factory: Any, name: str, draws: list[int], decoy: bool) -> pytest.Function:
     """One copy of ``item`` named ``name``: the real test, or its decoy."""
-    pairs: list[tuple[bool, bool]] = []
+    held: list[bool] = []
 
     def check(left: Any, right: Any, index: int) -> None:
         __tracebackhide__ = True  # a failure is reported at the test's own line
-        wrong = _perturbed(right, bits[(2 * index) % len(bits)])
-        if bits[(2 * index + 1) % len(bits)]:
-            real, other = _equal(left, right), _equal(left, wrong)
-        else:
-            other, real = _equal(left, wrong), _equal(left, right)
+        values, at = _window(right, draws[index % len(draws)])
+        results = [_equal(left, value) for value in values]
         if decoy:
-            pairs.append((real, other))
-        elif not real:
+            held.append(all(results))
+        elif not results[at]:
             raise AssertionError(f"assert {left!r} == {right!r}")
 
     inner = factory(check)
@@ -151,7 +189,7 @@ def _copy(item: pytest.Function, factory: Any, name: str, bits: list[int], decoy
     def run(**kwargs: Any) -> Any:
         __tracebackhide__ = True
         result = inner(**kwargs)
-        if decoy and not (pairs and all(real and other for real, other in pairs)):
+        if decoy and not (held and all(held)):
             raise AssertionError()
         return result
 
@@ -188,7 +226,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             _OUTCOMES[entry["decoy"]] = "no-decoy"
             continue
         for name, decoy in ((entry["real"], False), (entry["decoy"], True)):
-            copy = _copy(item, factory, name, entry["bits"], decoy)
+            copy = _copy(item, factory, name, entry["draws"], decoy)
             _NAME_OF[copy.nodeid] = name
             chosen.append(copy)
     chosen.sort(key=lambda item: item.nodeid)
