@@ -22,7 +22,7 @@ FALLOCATE = (
     'print(done, os.strerror(ctypes.get_errno()) if done else "allocated")\'; echo rc=$?'
 )
 """200 MiB in one ``fallocate`` call (``mode``: its flags), then exit."""
-CAPS = {"disk_mb": 64, "inodes": 2048, "episode_memory_mb": 256, "episode_open_files": 4096}
+CAPS = {"disk_mb": 64, "inodes": 2048, "episode_memory_mb": 256, "episode_open_files": 4096, "episode_cpus": 0.5}
 # name -> command; every one of them goes past a cap, or opens a way past one.
 ATTACKS = {
     # 1 GiB in five files, each under the 256 MiB per-file limit.
@@ -78,8 +78,8 @@ for _ in range(8):
     os.wait()
 used = os.times()
 print(used.children_user + used.children_system, time.monotonic() - start)'"""
-"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds. Not in ``ATTACKS``:
-the CPU share needs a writable cgroup, so it holds in root mode only."""
+"""Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds."""
+ATTACKS["spinners"] = SPINNERS
 
 
 def leftovers(repo: Path) -> list[str]:
@@ -141,6 +141,7 @@ async def attack(workdir: Path, name: str, python: Path | None = None) -> dict:
         "used_inodes": used[1],
         "image_bytes": image_bytes,
         "memory_peak_bytes": peak,
+        "output": result.output[-400:],
         "after": after.output,
         "leftovers": leftovers(repo),
     }

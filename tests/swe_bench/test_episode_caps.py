@@ -1,4 +1,4 @@
-"""The episode caps on disk, inodes and memory, attacked as a model would (``cap_attacks``), in
+"""The episode caps on disk, inodes, memory, open files and CPU share, attacked as a model would (``cap_attacks``), in
 both sandbox modes: as root each repository is its own ext4 volume and its commands share a
 memory cgroup (the kernel enforces the caps); as an ordinary user, watchers measure each command
 and kill it past a cap. Either way the attack stops, the result says which cap, the host keeps
@@ -74,6 +74,9 @@ def check(results: dict[str, dict], kernel: bool) -> None:
     assert opened["termination"] == "files_limit" and opened["cap"] == FILES_WORDS, opened
     assert f"[killed: {FILES_WORDS}]" in opened["described"] and "survived" not in opened["described"]
     assert opened["duration_s"] < 5  # not the 10 s it would hold them
+    # CPU: the cgroup's CFS quota, or (an ordinary user) the tree stopped while over its share.
+    used, wall = map(float, results["spinners"]["output"].split())
+    assert results["spinners"]["termination"] == "exit" and used <= CAPS["episode_cpus"] * wall + 0.3, (used, wall)
 
 
 def check_writers(results: dict[str, dict], kernel: bool) -> None:

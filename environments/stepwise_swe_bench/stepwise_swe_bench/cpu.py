@@ -13,20 +13,27 @@ lifetime rules):
 - cgroup v2: a process is in one cgroup only, so the cap is ``cpu.max`` on the episode's memory
   cgroup, where its parent hands the cpu controller down too (``memory.CgroupMemory``).
 
-Elsewhere (an ordinary user without a delegated subtree) nothing bounds the share beyond the
-per-process CPU time (RLIMIT_CPU) and the process limit: see the bundle README.
+Elsewhere (an ordinary user without a delegated subtree) ``TreeCpu`` watches each command's
+process tree and stops it (SIGSTOP) while it is over its share, then lets it go on (SIGCONT),
+which is what CFS bandwidth control does to a cgroup's tasks; its bound is what the tree runs
+between two measures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
 
 from . import memory
+from .process import Breach
+from .proctree import cpu_seconds, descendants
 
-__all__ = ["CgroupCpu", "episode_cpu", "release"]
+__all__ = ["CgroupCpu", "TreeCpu", "episode_cpu", "release"]
 
 _log = logging.getLogger(__name__)
 
@@ -89,3 +96,54 @@ def release(repo: Path) -> None:
         return
     memory.remove(path)
     marker.unlink(missing_ok=True)
+
+
+class TreeCpu:
+    """No cgroup: one command's process tree held to ``cpus`` CPUs' worth of time as it runs.
+
+    Every ``memory.WATCH_INTERVAL_S`` the tree's CPU time (``cpu_seconds``) since the last
+    measure is charged against a budget that grows by ``cpus`` times the wall time (at most one
+    interval's worth saved up, so an idle command cannot bank a burst). A tree in debt is
+    stopped until its share has paid the debt back, then continued: throttled, never killed
+    (no breach). Processes it forks while stopped are caught at the next measure.
+    """
+
+    blocking = True
+    interval_s: float | None = memory.WATCH_INTERVAL_S
+
+    def __init__(self, cpus: float) -> None:
+        self.cpus = cpus
+        self.root: int | None = None
+        self.used = 0.0
+        self.at = 0.0
+        self.budget = 0.0
+        self.stopped: list[int] = []
+        self.throttled_s = 0.0
+        """How long the tree was stopped, in all."""
+
+    def start(self, pid: int) -> None:
+        self.root, self.at = pid, time.monotonic()
+
+    def breach(self, running: bool) -> Breach | None:
+        if self.stopped:
+            _signal(self.stopped, signal.SIGCONT)
+            self.stopped = []
+        if not running or self.root is None:
+            return None
+        pids = descendants(self.root)
+        used, now = cpu_seconds(pids), time.monotonic()
+        refill = self.cpus * (now - self.at)
+        self.budget = min(self.budget + refill, self.cpus * memory.WATCH_INTERVAL_S) - max(0.0, used - self.used)
+        self.used, self.at = used, now
+        pause = -self.budget / self.cpus
+        if pause > 0:
+            _signal(pids, signal.SIGSTOP)
+            self.stopped, self.throttled_s = pids, self.throttled_s + pause
+        self.interval_s = max(pause, memory.WATCH_INTERVAL_S)
+        return None
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)

@@ -61,7 +61,8 @@ class SandboxLimits(BaseConfig):
     ``open_files``."""
     episode_cpus: float = Field(1.0, gt=0)
     """Per episode: CPUs' worth of time the episode's commands get together, throttled beyond
-    (a cpu cgroup, ``cpu``; where cgroups are writable, bubblewrap sandbox only)."""
+    (a cpu cgroup where cgroups are writable, else per command by stopping its process tree
+    while it is over: ``cpu``; bubblewrap sandbox only)."""
 
     @model_validator(mode="after")
     def _inodes_fit(self) -> SandboxLimits:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-__all__ = ["descendants", "open_deleted_files", "resident_bytes", "start_time"]
+__all__ = ["cpu_seconds", "descendants", "open_deleted_files", "resident_bytes", "start_time"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: str) -> list[str] | None:
@@ -55,6 +56,17 @@ def resident_bytes(pids: list[int]) -> int:
         if fields is not None:
             total += int(fields[21]) * _PAGE  # rss, field 24 of stat(5)
     return total
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time of ``pids`` and of the children they reaped (user and system, fields 14-17
+    of stat(5)): a process that ends moves its time to the one that waits for it."""
+    total = 0
+    for pid in pids:
+        fields = _stat_fields(str(pid))
+        if fields is not None:
+            total += sum(int(field) for field in fields[11:15])
+    return total / _TICK
 
 
 def open_deleted_files(pids: Sequence[int], device: int) -> Iterator[os.stat_result]:

@@ -516,15 +516,27 @@ class BwrapSandbox:
 
     async def _guards(self, limits: SandboxLimits) -> tuple[list[Guard], int | None]:
         """The episode caps over one command: memory (the cgroup's OOM kills, or the process
-        tree's resident sets), disk (the repository's volume, or a walk of its tree) and open
-        files (of the cgroup's processes, or of the tree's); and the command's file-size limit
+        tree's resident sets), disk (the repository's volume, or a walk of its tree), open
+        files (of the cgroup's processes, or of the tree's) and, where no cgroup holds it, the
+        CPU share; and the command's file-size limit
         that goes with the disk cap (None: the volume's size bounds it)."""
         if os.path.ismount(self.repo):
             disk: volume.VolumeGuard | volume.TreeWatch = volume.VolumeGuard(self.repo, limits.disk_mb, limits.inodes)
         else:
             disk = await asyncio.to_thread(volume.TreeWatch, self.repo, limits.disk_mb, limits.inodes)
         procs = self.memory.path / "cgroup.procs" if isinstance(self.memory, memory.CgroupMemory) else None
-        return [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)], disk.room
+        guards: list[Guard] = [self.memory.guard(), disk, openfiles.OpenFiles(limits.episode_open_files, procs)]
+        if not self.cpu_capped:
+            guards.append(cpu.TreeCpu(limits.episode_cpus))
+        return guards, disk.room
+
+    @property
+    def cpu_capped(self) -> bool:
+        """Whether a cgroup holds the episode to its CPU share (v1's cpu cgroup, or ``cpu.max``
+        on v2's memory cgroup); else each command's tree is throttled by ``cpu.TreeCpu``."""
+        if self.cpu is not None:
+            return True
+        return isinstance(self.memory, memory.CgroupMemory) and (self.memory.path / "cpu.max").exists()
 
     async def run(
         self,
