@@ -80,6 +80,21 @@ used = os.times()
 print(used.children_user + used.children_system, time.monotonic() - start)'"""
 """Eight spinners for 3 s; prints the CPU seconds they used and the wall seconds."""
 ATTACKS["spinners"] = SPINNERS
+# Against a watcher that stops the tree: a process that forks a fresh child every moment, each
+# continuing (SIGCONT) every process it may signal, so one forked between the watcher's listing
+# of the tree and its stopping of it lets everything go on.
+ATTACKS["resumer"] = SPINNERS.replace(
+    "for _ in range(8):\n    os.wait()",
+    "if os.fork() == 0:\n"
+    "    while time.monotonic() - start < 3:\n"
+    "        pid = os.fork()\n"
+    "        if pid == 0:\n"
+    "            os.kill(-1, 18)\n"  # SIGCONT
+    "            os._exit(0)\n"
+    "        os.waitpid(pid, 0)\n"
+    "    os._exit(0)\n"
+    "for _ in range(9):\n    os.wait()",
+)
 
 
 def leftovers(repo: Path) -> list[str]:

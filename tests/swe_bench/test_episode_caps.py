@@ -29,6 +29,9 @@ ROOT = os.geteuid() == 0
 DISK_WORDS = f"the episode's disk cap of {CAPS['disk_mb']} MiB and {CAPS['inodes']} files"
 MEMORY_WORDS = f"killed: the episode's memory cap of {CAPS['episode_memory_mb']} MiB"
 FILES_WORDS = f"the episode's cap of {CAPS['episode_open_files']} open files"
+CPU_WORDS = (
+    f"the episode's CPU share of {CAPS['episode_cpus']:g} CPUs, whose processes it continued while they were stopped"
+)
 
 
 def check(results: dict[str, dict], kernel: bool) -> None:
@@ -77,6 +80,13 @@ def check(results: dict[str, dict], kernel: bool) -> None:
     # CPU: the cgroup's CFS quota, or (an ordinary user) the tree stopped while over its share.
     used, wall = map(float, results["spinners"]["output"].split())
     assert results["spinners"]["termination"] == "exit" and used <= CAPS["episode_cpus"] * wall + 0.3, (used, wall)
+    resumer = results["resumer"]
+    if kernel:  # SIGCONT does nothing to a CFS quota
+        used, wall = map(float, resumer["output"].split())
+        assert resumer["termination"] == "exit" and used <= CAPS["episode_cpus"] * wall + 0.3, (used, wall)
+    else:  # continuing the stopped tree from inside is the one way around the watcher
+        assert resumer["termination"] == "cpu_limit", resumer
+        assert resumer["described"].endswith(f"[killed: {CPU_WORDS}]") and resumer["duration_s"] < 2
 
 
 def check_writers(results: dict[str, dict], kernel: bool) -> None:
@@ -351,3 +361,24 @@ def test_the_episodes_cpu_share_throttles_its_spinners(tmp_path: Path):
     assert int(throttled["nr_throttled"]) > 0
     remove_tree(repo)
     assert not cgroup.exists() and leftovers(repo) == []
+
+
+def test_without_a_cgroup_an_honest_forking_command_is_throttled_not_killed(tmp_path: Path, monkeypatch):
+    """The CPU watcher of an ordinary user (``cpu.TreeCpu``), here forced on: a command that
+    starts forty short processes, some of them forked while the tree is being stopped, and four
+    that compute together, ends on its own within the share; it is only slowed."""
+    from stepwise_swe_bench import cpu
+    from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over
+
+    monkeypatch.setattr(cpu, "episode_cpu", lambda repo, cpus: None)  # no cpu cgroup, as for nobody
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    hand_over(repo)
+    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=60, episode_cpus=0.5))
+    assert not sandbox.cpu_capped
+    forks = asyncio.run(sandbox.run("for i in $(seq 40); do python3 -c 'sum(range(10**5))'; done; echo done"))
+    assert forks.termination == "exit" and forks.output.endswith("done\n"), forks.describe()
+    four = SPINNERS.replace("range(8)", "range(4)")
+    result = asyncio.run(sandbox.run(four))
+    used, wall = map(float, result.output.split())
+    assert result.termination == "exit" and used <= 0.5 * wall + 0.3, (used, wall)

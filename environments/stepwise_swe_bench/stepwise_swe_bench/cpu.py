@@ -16,7 +16,7 @@ lifetime rules):
 Elsewhere (an ordinary user without a delegated subtree) ``TreeCpu`` watches each command's
 process tree and stops it (SIGSTOP) while it is over its share, then lets it go on (SIGCONT),
 which is what CFS bandwidth control does to a cgroup's tasks; its bound is what the tree runs
-between two measures.
+between two measures, and a command that continues its own stopped processes is killed.
 """
 
 from __future__ import annotations
@@ -98,14 +98,23 @@ def release(repo: Path) -> None:
     marker.unlink(missing_ok=True)
 
 
+_HOLD_POLL_S = 0.01
+"""How often a stopped tree is listed again while it is held."""
+_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)
+
+
 class TreeCpu:
     """No cgroup: one command's process tree held to ``cpus`` CPUs' worth of time as it runs.
 
     Every ``memory.WATCH_INTERVAL_S`` the tree's CPU time (``cpu_seconds``) since the last
     measure is charged against a budget that grows by ``cpus`` times the wall time (at most one
     interval's worth saved up, so an idle command cannot bank a burst). A tree in debt is
-    stopped until its share has paid the debt back, then continued: throttled, never killed
-    (no breach). Processes it forks while stopped are caught at the next measure.
+    stopped (SIGSTOP) for as long as its share takes to pay the debt back, then continued
+    (SIGCONT): throttled, not killed. While it is held the tree is listed every
+    ``_HOLD_POLL_S``: a process forked before the stop reached its parent is stopped then, and
+    one of the stopped processes running again can only have been continued from inside the tree
+    (nothing outside its PID namespace but this watcher signals it), the one way around the
+    throttle: the command is killed (``cpu_limit``).
     """
 
     blocking = True
@@ -117,30 +126,70 @@ class TreeCpu:
         self.used = 0.0
         self.at = 0.0
         self.budget = 0.0
-        self.stopped: list[int] = []
+        self.held: set[int] = set()
+        self.until = 0.0
         self.throttled_s = 0.0
-        """How long the tree was stopped, in all."""
+        """How long the tree was held, in all."""
 
     def start(self, pid: int) -> None:
         self.root, self.at = pid, time.monotonic()
 
     def breach(self, running: bool) -> Breach | None:
-        if self.stopped:
-            _signal(self.stopped, signal.SIGCONT)
-            self.stopped = []
         if not running or self.root is None:
+            self._release()
             return None
-        pids = descendants(self.root)
-        used, now = cpu_seconds(pids), time.monotonic()
+        pids, now = descendants(self.root), time.monotonic()
+        if self.held:
+            return self._hold(pids, now)
+        used = cpu_seconds(pids)
         refill = self.cpus * (now - self.at)
         self.budget = min(self.budget + refill, self.cpus * memory.WATCH_INTERVAL_S) - max(0.0, used - self.used)
         self.used, self.at = used, now
-        pause = -self.budget / self.cpus
-        if pause > 0:
+        if self.budget < 0:
+            pause = -self.budget / self.cpus
+            self.held = set(pids)
             _signal(pids, signal.SIGSTOP)
-            self.stopped, self.throttled_s = pids, self.throttled_s + pause
-        self.interval_s = max(pause, memory.WATCH_INTERVAL_S)
+            # The pause pays the debt: the next measure counts from its end.
+            self.budget, self.at, self.until = 0.0, now + pause, now + pause
+            self.throttled_s += pause
+            self.interval_s = _HOLD_POLL_S
         return None
+
+    def _hold(self, pids: list[int], now: float) -> Breach | None:
+        if any(pid in self.held and _continued(pid) for pid in pids):
+            return Breach(
+                "cpu_limit",
+                f"the episode's CPU share of {self.cpus:g} CPUs, whose processes it continued while they were stopped",
+            )
+        fresh = [pid for pid in pids if pid not in self.held]
+        _signal(fresh, signal.SIGSTOP)
+        self.held.update(fresh)
+        if now >= self.until:
+            self._release()
+        return None
+
+    def _release(self) -> None:
+        _signal(list(self.held), signal.SIGCONT)
+        self.held = set()
+        self.interval_s = memory.WATCH_INTERVAL_S
+
+
+def _continued(pid: int) -> bool:
+    """Whether ``pid``, sent SIGSTOP, runs with no stop pending: a SIGCONT reached it (which
+    also discards a stop not yet acted on)."""
+    try:
+        status = dict(
+            line.split(":", 1)
+            for line in open(f"/proc/{pid}/status", encoding="utf-8").read().splitlines()
+            if ":" in line
+        )
+    except OSError:  # gone
+        return False
+    state = status["State"].split()[0]
+    if state in ("T", "t", "Z", "X"):
+        return False
+    pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
+    return not pending & _SIGSTOP_BIT
 
 
 def _signal(pids: list[int], sig: int) -> None:

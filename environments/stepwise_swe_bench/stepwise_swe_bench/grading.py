@@ -255,7 +255,7 @@ async def grade(
     unparsed = RoundGrade(
         "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=exit_code
     )
-    if result.termination in ("timeout", "memory_limit", "disk_limit", "files_limit"):
+    if result.termination in ("timeout", "memory_limit", "disk_limit", "files_limit", "cpu_limit"):
         return unparsed  # killed mid-run: what its log shows is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)

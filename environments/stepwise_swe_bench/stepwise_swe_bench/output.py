@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 __all__ = ["CommandResult", "OutputBuffer", "Termination", "printable"]
 
-Termination = Literal["exit", "timeout", "output_limit", "memory_limit", "disk_limit", "files_limit"]
+Termination = Literal["exit", "timeout", "output_limit", "memory_limit", "disk_limit", "files_limit", "cpu_limit"]
 # ANSI escape sequences (OSC, CSI, two-byte ESC forms), then C0/C1 controls other than \t, \n.
 _CONTROL = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
@@ -106,6 +106,7 @@ class CommandResult:
             "memory_limit": f"[killed: {self.cap}]",
             "disk_limit": f"[killed: {self.cap}]",
             "files_limit": f"[killed: {self.cap}]",
+            "cpu_limit": f"[killed: {self.cap}]",
         }
         note = notes[self.termination]
         if self.cap is not None and self.termination == "exit":
