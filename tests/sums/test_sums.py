@@ -34,8 +34,9 @@ def off_by(k):
     return lambda call: f" {answer(call) + k}"
 
 
-# Rollout k of each task follows plan k: right at once; too high then right; hedges and a
-# decimal (wrong: only the first integer is read); no number; right after two hints.
+# The k-th rollout to reach the server follows plan k % 5 (one count over every prompt): right at
+# once; too high then right; hedges and a decimal (wrong: only the first integer is read); no
+# number; right after two hints.
 PLANS = PerRollout(
     [off_by(0)],
     [off_by(1), off_by(0)],
@@ -119,7 +120,9 @@ def test_vf_eval_runs_it_and_hedges_earn_nothing(tmp_path):
                           env={"HOME": str(tmp_path)})  # fmt: skip
     assert len(run.episodes) == 10 and all(e.traces[0].ok for e in run.episodes)
     by_turns = sorted((len(read_turns(e.traces[0]).rewards), e.traces[0].reward) for e in run.episodes)
-    # per task: right at once, right at turn 2, right at turn 3; the hedger and the wordy one fail
+    # each plan twice: right at once, right at turn 2, right at turn 3; the hedger and the wordy one
+    # fail. Pooled, not per task: PLANS (key "Sums.", in every prompt) numbers the ten rollouts of
+    # both tasks in arrival order, so which task gets which plan k % 5 is not fixed.
     assert by_turns == sorted([(1, 1.0), (2, 1.0), (3, 0.0), (3, 0.0), (3, 1.0)] * 2)
 
 
