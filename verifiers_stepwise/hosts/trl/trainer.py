@@ -129,6 +129,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         self.format = format
         renderer_config(format)  # an unknown format fails here, before the model is wrapped
         self._rows: list[dict] = []
+        self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="vf-stepwise-tokenizer-")
+        processing_class.save_pretrained(self._tokenizer_dir.name)
+        # The train client's renderer loads this tokenizer (3-4 s for Gemma's 262k tokens) on
+        # the rollout loop's thread while TRL wraps the model, not in front of step 1's turns.
+        self._renderer_ready = _submit(_build_renderer(self._tokenizer_dir.name, format))
         super().__init__(
             model=model,
             reward_funcs=[episode_reward],
@@ -145,8 +150,6 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         # Building the renderer here also checks the tokenizer suits the format before step 1.
         renderer = getattr(import_module("verifiers_stepwise.hosts.trl.renderer"), FORMATS[format])(self._tokenizer)
         self.eos_token_ids = sorted({*self.eos_token_ids, *renderer.get_stop_token_ids()})
-        self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="vf-stepwise-tokenizer-")
-        self._tokenizer.save_pretrained(self._tokenizer_dir.name)
         sampler = generate or ModelSampler(
             lambda: self.accelerator.unwrap_model(self.model), self._tokenizer.pad_token_id
         )
@@ -213,6 +216,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         ``env`` (default: the training env) may be another env, e.g. a held-out split to
         evaluate on; the episodes are not scored for credit and train nothing.
         """
+        self._renderer_ready.result()  # a tokenizer the renderer cannot load fails here, named
         with self._sampling():
             return self._calls.serve_until(_submit(self._run_groups(env or self.env, list(tasks), per_task)))
 
@@ -319,6 +323,14 @@ _LOOP_LOCK = threading.Lock()
 
 def _load(env: Mapping[str, Any] | vf.Env) -> vf.Env:
     return env if isinstance(env, vf.Env) else vf.load_environment(vf.resolve_env_config(dict(env)))
+
+
+async def _build_renderer(tokenizer_dir: str, format: str) -> None:
+    """The train client's renderer, built into verifiers' process-wide ``ElasticRendererPool``
+    under the key the client looks it up by (its ``renderer_model_name`` and ``renderer``)."""
+    from verifiers.v1.clients.train import ElasticRendererPool
+
+    await ElasticRendererPool(tokenizer_dir, renderer_config(format), multiplex=1).grow()
 
 
 def _submit(coroutine: Any) -> concurrent.futures.Future:
