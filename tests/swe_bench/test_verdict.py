@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import json
 import re
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -85,59 +89,120 @@ def test_an_xfailed_decoy_is_honest_only_for_a_test_the_gold_run_reports_xfail()
     assert why is not None and IDS[1] in why
 
 
-VALUES = st.recursive(
+LEAVES = (
     st.integers()
     | st.fractions()
-    | st.integers(-(2**40), 2**40).map(lambda n: n / 64)
+    | st.floats(min_value=1e-250, max_value=1e250)
+    | st.floats(min_value=-1e250, max_value=-1e-250)
     | st.text(min_size=1)
-    | st.binary(min_size=1),
-    lambda inner: (
-        st.lists(inner, min_size=1)
-        | st.lists(inner, min_size=1).map(tuple)
-        | st.dictionaries(st.text(max_size=3), inner, min_size=1)
-    ),
+    | st.binary(min_size=1)
+)
+VALUES = st.recursive(
+    LEAVES | st.none() | st.booleans() | st.just(""),
+    lambda inner: st.lists(inner) | st.lists(inner).map(tuple) | st.dictionaries(st.text(max_size=3), inner),
     max_leaves=6,
 )
-"""Expected values with a line: numbers (floats whose steps of 1 are exact), non-empty strings
-and bytes, and containers of them."""
+"""Expected values as tests write them: numbers, strings, bytes, None, bools and containers of
+them (floats away from over- and underflow, where ``* 2**k`` is exact)."""
+W = verdict_plugin.WIDTH
 
 
 @given(VALUES, st.integers(0, 15))
-def test_any_value_of_the_window_at_its_own_place_gives_the_same_window(value, draw):
-    """What makes the expected value one of ``WIDTH`` with no prior: each of them, drawn at its
-    own position, yields exactly the list that was shown, so the list cannot say which one it is."""
-    values, at = verdict_plugin._window(value, draw)
-    assert len(values) == verdict_plugin.WIDTH and values[at] is value
+def test_any_value_of_a_line_at_its_own_place_gives_the_same_line(value, draw):
+    """What makes the expected value one of ``WIDTH`` without a prior: each of them, drawn at
+    its own position, yields exactly the values that were compared, so they cannot say which
+    one it is. A value has a line unless it holds nothing that moves."""
+    line = verdict_plugin._line(value, draw)
+    if verdict_plugin._path(value) is None and type(value) is not bool:
+        assert line is None
+        return
+    assert line is not None
+    values, at = line
+    assert len(values) == (2 if type(value) is bool else W) and values[at] is value
     assert all(type(other) is type(value) and other != value for i, other in enumerate(values) if i != at)
     for i, other in enumerate(values):
-        assert verdict_plugin._window(other, i) == (values, i)
+        assert verdict_plugin._line(other, i) == (values, i)
 
 
 @given(VALUES)
 def test_away_from_the_ends_of_a_line_the_draw_alone_places_the_expected_value(value):
     """``at`` is the draw's (so uniform over ``WIDTH`` places for a uniform draw) unless the
     line ends within ``WIDTH`` steps, e.g. at code point 0."""
-    for draw in range(verdict_plugin.WIDTH):
-        values, at = verdict_plugin._window(value, draw)
-        ends = any(
-            verdict_plugin._moved(value, k) is None for k in range(1 - verdict_plugin.WIDTH, verdict_plugin.WIDTH)
-        )
+    path = verdict_plugin._path(value)
+    if path is None or type(value) is bool:
+        return
+    ends = any(verdict_plugin._moved(value, path, k) is None for k in range(1 - W, W))
+    for draw in range(W):
+        _, at = verdict_plugin._line(value, draw)
         assert at == draw or ends
 
 
+class Always:
+    """A forgery: equal to everything."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+class Color(enum.IntEnum):
+    RED = 5
+
+
+NO_LINE = ["", b"", [], (), {}, [None], [True], None, object(), float("inf"), float("nan"), 0.0, 0j, {1},
+           frozenset({1}), Color.RED, collections.OrderedDict(a=1), np.uint8(1), np.float32(1.0), Always()]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", NO_LINE, ids=repr)
+def test_a_value_with_no_line_has_none(value):
+    """Was: ``1e17 + 1 == 1e17`` and ``inf + 1 == inf``, so the decoy of an honest test asserting
+    ``== 1e17`` passed and the round scored 0 as tampered; ``np.uint8(1) - 1`` raised
+    ``OverflowError`` in both copies; an ``IntEnum``'s neighbours were plain ints."""
+    assert verdict_plugin._line(value, 2) is None
+
+
 def test_a_bool_is_compared_with_both_bools():
-    assert verdict_plugin._window(True, 0) == ([False, True], 1)
-    assert verdict_plugin._window(False, 3) == ([False, True], 0)
+    assert verdict_plugin._line(True, 0) == ([False, True], 1)
+    assert verdict_plugin._line(False, 3) == ([False, True], 0)
 
 
-@pytest.mark.parametrize("value", ["", b"", [], (), {}, [""], None, object(), float("inf"), 1e17, -(2.0**60)])
-def test_a_value_without_a_line_is_compared_with_objects_equal_to_nothing(value):
-    """Was: ``inf + 1`` and ``1e17 + 1`` equal the value itself, so the decoy of an honest test
-    asserting ``== 1e17`` passed and the round was scored 0 as tampered with."""
-    values, at = verdict_plugin._window(value, 2)
-    assert at == 2 and values[at] is value
-    others = [other for i, other in enumerate(values) if i != at]
-    assert all(not other == value and not other == other for other in others)
+HONEST = [
+    (5, 5), ("a-slug", "a-slug"), ([1, "x"], [1, "x"]), (1e17, 1e17), (np.uint8(1), np.uint8(1)),
+    (np.float32(1e8), 1e8), (0.1 + 0.2, pytest.approx(0.3)), (pytest.approx(0.3), 0.1 + 0.2), (Color.RED, 5),
+    ({"id": 7, "name": "x"}, {"id": 7, "name": mock.ANY}), ({"id": mock.ANY, "name": "x"}, {"id": 7, "name": "x"}),
+    (True, 1), (None, None), (Always, Always),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("left", "right"), HONEST, ids=repr)
+@pytest.mark.parametrize("draw", range(4))
+def test_an_honest_equality_holds_in_its_own_comparison_only(left, right, draw):
+    """So an honest run's decoy fails and its real copy passes, whichever side is expected."""
+    results, at = verdict_plugin._compare(left, right, draw)
+    assert results[at] and not all(results)
+
+
+def test_a_wildcard_where_the_other_side_moves_makes_an_honest_decoy_pass():
+    """A limit, as the README says: the right side's last element that can move is compared
+    with its neighbours, so an expected value on the left holding a wildcard there (``mock.ANY``)
+    equals them all, and the honest round is flagged."""
+    results, _ = verdict_plugin._compare({"id": mock.ANY}, {"id": 7}, 0)
+    assert all(results)
+
+
+FORGED = [(Always(), 5), (5, Always()), ("a_b", Always()), (Always(), object()), (object(), Always()),
+          (Always(), None), (True, Always())]  # fmt: skip
+
+
+@pytest.mark.parametrize(("left", "right"), FORGED, ids=repr)
+@pytest.mark.parametrize("draw", range(4))
+def test_an_equality_that_is_always_true_holds_in_every_comparison_on_either_side(left, right, draw):
+    """Was: ``assert "a_b" == f()`` with ``f`` returning an always-equal object passed its real
+    copy and failed its decoy, unflagged, every time: the expected side was compared only with
+    objects equal to nothing, which never asked the forgery."""
+    results, _ = verdict_plugin._compare(left, right, draw)
+    assert all(results)
 
 
 def plugin_run(tmp_path, source: str, secret: bytes) -> tuple[dict[str, str], str | None]:
@@ -166,6 +231,12 @@ def secret_placing(first_draw: int) -> bytes:
     )
 
 
+def test_an_always_equal_result_on_the_right_of_its_expected_value_is_tampering(tmp_path):
+    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
+    _, why = plugin_run(tmp_path, source + '    assert "a-slug" == Always()\n', b"s")
+    assert why is not None and "did not fail" in why
+
+
 def test_an_honest_test_of_a_large_float_passes_and_its_decoy_fails(tmp_path):
     assert plugin_run(tmp_path, "def test_one():\n    assert 10.0**17 == 1e17\n", b"s") == (
         {"test_it.py::test_one": "passed"},
@@ -183,17 +254,20 @@ class Guess:
         return self.calls == {n}
 
 def test_one():
-    assert Guess() == "a-slug"
+    assert {assertion}
 """
 
 
+@pytest.mark.parametrize("assertion", ['Guess() == "a-slug"', '"a-slug" == Guess()'])
 @pytest.mark.parametrize("guess", range(4))
-def test_a_guessing_equality_passes_at_one_place_in_width_and_is_not_flagged(tmp_path, guess):
+def test_a_guessing_equality_passes_at_one_place_in_width_and_is_not_flagged(tmp_path, guess, assertion):
     """The attack the decoys cannot flag (it looks like an honest bug): accept exactly one of the
     values an equality is compared with. It passes the real copy only where the draw put the
-    expected value at its guess: at odds 1 / WIDTH per equality (before: 1 / 2, and certainty
-    where the one perturbed value gave itself away, e.g. ``"a-slug"`` against ``"a-slu"``)."""
+    expected value at its guess: at odds 1 / WIDTH per equality, whichever side the expected
+    value is on (before: 1 / 2, certainty where the one perturbed value gave itself away, e.g.
+    ``"a-slug"`` against ``"a-slu"``, and with the expected value on the left, certainty: the
+    guess was asked only about the expected value)."""
     for place in range(verdict_plugin.WIDTH):
-        tests, why = plugin_run(tmp_path, GUESS.format(n=guess + 1), secret_placing(place))
+        tests, why = plugin_run(tmp_path, GUESS.format(n=guess + 1, assertion=assertion), secret_placing(place))
         assert why is None
         assert tests["test_it.py::test_one"] == ("passed" if place == guess else "failed")

@@ -1,11 +1,11 @@
-"""The CPU share of an episode: all processes of its commands together get at most
-``episode_cpus`` CPUs' worth of time, throttled by the kernel's CFS bandwidth control (never
-killed for it), so one episode's spinners, in as many sessions or processes as it may start,
-cannot slow another episode's commands or grading by more than that share. Sibling episode
-cgroups have equal weight, so under contention each gets the same part of what is left.
+"""The CPU share of an episode. Where cgroups are writable, all processes of its commands
+together get at most ``episode_cpus`` CPUs' worth of time, throttled by the kernel's CFS
+bandwidth control (never killed for it), so one episode's spinners, in as many sessions or
+processes as it may start, cannot slow another episode's commands or grading by more than that
+share. Sibling episode cgroups have equal weight, so under contention each gets the same part
+of what is left.
 
-Where cgroups are writable, as for the memory cap (``memory``; the same cgroup's marker and
-lifetime rules):
+The cgroup, as for the memory cap (``memory``; the same cgroup's marker and lifetime rules):
 
 - cgroup v1 (a ``cpu`` hierarchy, as on this project's CI): a child of this process's own cpu
   cgroup, ``cpu.cfs_quota_us = episode_cpus * cpu.cfs_period_us``; a command's first process
@@ -15,8 +15,9 @@ lifetime rules):
 
 Elsewhere (an ordinary user without a delegated subtree) ``TreeCpu`` watches each command's
 process tree and stops it (SIGSTOP) while it is over its share, then lets it go on (SIGCONT),
-which is what CFS bandwidth control does to a cgroup's tasks; its bound is what the tree runs
-between two measures, and a command that continues its own stopped processes is killed.
+which is what CFS bandwidth control does to a cgroup's tasks: per command, not per episode, and
+its bound is what the tree runs between two measures; a command that keeps its own stopped
+processes running is killed.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
 
 from . import memory
 from .process import Breach
-from .proctree import cpu_seconds, descendants
+from .proctree import cpu_seconds, descendants, states
 
 __all__ = ["CgroupCpu", "TreeCpu", "episode_cpu", "release"]
 
@@ -98,23 +100,31 @@ def release(repo: Path) -> None:
     marker.unlink(missing_ok=True)
 
 
-_HOLD_POLL_S = 0.01
-"""How often a stopped tree is listed again while it is held."""
-_SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)
+_HOLD_POLL_S = 0.05
+"""How often a held tree is listed again: processes forked as the stop went out are stopped then."""
+_RESUMES = 3
+"""Polls that may find a stopped process of a held tree running again before the command is
+killed: one is the kernel's (it continues an orphaned process group), more are the tree's own."""
+_STOPPED = "TtZX"
+"""States of a process that does not run (stopped, traced, ended)."""
 
 
 class TreeCpu:
     """No cgroup: one command's process tree held to ``cpus`` CPUs' worth of time as it runs.
 
-    Every ``memory.WATCH_INTERVAL_S`` the tree's CPU time (``cpu_seconds``) since the last
-    measure is charged against a budget that grows by ``cpus`` times the wall time (at most one
-    interval's worth saved up, so an idle command cannot bank a burst). A tree in debt is
-    stopped (SIGSTOP) for as long as its share takes to pay the debt back, then continued
-    (SIGCONT): throttled, not killed. While it is held the tree is listed every
-    ``_HOLD_POLL_S``: a process forked before the stop reached its parent is stopped then, and
-    one of the stopped processes running again can only have been continued from inside the tree
-    (nothing outside its PID namespace but this watcher signals it), the one way around the
-    throttle: the command is killed (``cpu_limit``).
+    Every ``memory.WATCH_INTERVAL_S`` the tree's CPU time (``cpu_seconds``: its processes' and
+    the children they waited for) since the last measure is charged against a budget that grows
+    by ``cpus`` times the wall time (at most one interval's worth saved up, so an idle command
+    cannot bank a burst). A tree in debt is held: stopped (SIGSTOP) for as long as its share
+    takes to pay the debt back, then continued (SIGCONT); throttled, not killed. While held it
+    is listed every ``_HOLD_POLL_S`` and whatever runs in it is stopped again (a process forked
+    as the stop went out). Only something in the tree can continue a process seen stopped (the
+    kernel aside, once, for an orphaned process group), and that is the one way around the
+    hold: a command whose stopped processes run again at ``_RESUMES`` polls, or whose held tree
+    uses more than its share plus one interval, is killed (``cpu_limit``).
+
+    What it cannot see: the CPU time of children reaped without a wait (a parent that ignores
+    SIGCHLD) is added to no process, so short-lived children of such a parent go uncounted.
     """
 
     blocking = True
@@ -126,70 +136,62 @@ class TreeCpu:
         self.used = 0.0
         self.at = 0.0
         self.budget = 0.0
-        self.held: set[int] = set()
-        self.until = 0.0
+        self.held: list[int] = []
+        self.seen_stopped: set[int] = set()
+        self.resumes = 0
+        self.held_at = self.held_used = self.until = 0.0
         self.throttled_s = 0.0
         """How long the tree was held, in all."""
+        self._lock = threading.Lock()  # a cancelled watch's thread may still be measuring
 
     def start(self, pid: int) -> None:
         self.root, self.at = pid, time.monotonic()
 
     def breach(self, running: bool) -> Breach | None:
-        if not running or self.root is None:
-            self._release()
+        with self._lock:
+            if not running or self.root is None:
+                self._release()
+                return None
+            pids, now = descendants(self.root), time.monotonic()
+            used = cpu_seconds(pids)
+            if self.held:
+                return self._hold(pids, used, now)
+            refill = self.cpus * (now - self.at)
+            self.budget = min(self.budget + refill, self.cpus * memory.WATCH_INTERVAL_S) - max(0.0, used - self.used)
+            self.used, self.at = used, now
+            if self.budget < 0:
+                pause = -self.budget / self.cpus
+                _signal(pids, signal.SIGSTOP)
+                self.held, self.held_at, self.held_used, self.until = pids, now, used, now + pause
+                # The pause pays the debt: the next measure counts from its end.
+                self.budget, self.at = 0.0, now + pause
+                self.throttled_s += pause
+                self.interval_s = _HOLD_POLL_S
             return None
-        pids, now = descendants(self.root), time.monotonic()
-        if self.held:
-            return self._hold(pids, now)
-        used = cpu_seconds(pids)
-        refill = self.cpus * (now - self.at)
-        self.budget = min(self.budget + refill, self.cpus * memory.WATCH_INTERVAL_S) - max(0.0, used - self.used)
-        self.used, self.at = used, now
-        if self.budget < 0:
-            pause = -self.budget / self.cpus
-            self.held = set(pids)
-            _signal(pids, signal.SIGSTOP)
-            # The pause pays the debt: the next measure counts from its end.
-            self.budget, self.at, self.until = 0.0, now + pause, now + pause
-            self.throttled_s += pause
-            self.interval_s = _HOLD_POLL_S
-        return None
 
-    def _hold(self, pids: list[int], now: float) -> Breach | None:
-        if any(pid in self.held and _continued(pid) for pid in pids):
+    def _hold(self, pids: list[int], used: float, now: float) -> Breach | None:
+        state = states(pids)
+        if any(state.get(pid, "Z") not in _STOPPED for pid in self.seen_stopped):
+            self.resumes += 1
+        if (
+            self.resumes >= _RESUMES
+            or used - self.held_used > self.cpus * (now - self.held_at) + memory.WATCH_INTERVAL_S
+        ):
             return Breach(
                 "cpu_limit",
-                f"the episode's CPU share of {self.cpus:g} CPUs, whose processes it continued while they were stopped",
+                f"the episode's CPU share of {self.cpus:g} CPUs: its processes kept running while stopped for it",
             )
-        fresh = [pid for pid in pids if pid not in self.held]
-        _signal(fresh, signal.SIGSTOP)
-        self.held.update(fresh)
-        if now >= self.until:
+        self.seen_stopped = {pid for pid, s in state.items() if s in "Tt"}
+        _signal([pid for pid, s in state.items() if s not in _STOPPED], signal.SIGSTOP)
+        self.held = sorted({*self.held, *pids})
+        if now >= self.until:  # what ran while held is charged at the next measure
             self._release()
         return None
 
     def _release(self) -> None:
-        _signal(list(self.held), signal.SIGCONT)
-        self.held = set()
+        _signal(self.held, signal.SIGCONT)
+        self.held, self.seen_stopped = [], set()
         self.interval_s = memory.WATCH_INTERVAL_S
-
-
-def _continued(pid: int) -> bool:
-    """Whether ``pid``, sent SIGSTOP, runs with no stop pending: a SIGCONT reached it (which
-    also discards a stop not yet acted on)."""
-    try:
-        status = dict(
-            line.split(":", 1)
-            for line in open(f"/proc/{pid}/status", encoding="utf-8").read().splitlines()
-            if ":" in line
-        )
-    except OSError:  # gone
-        return False
-    state = status["State"].split()[0]
-    if state in ("T", "t", "Z", "X"):
-        return False
-    pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
-    return not pending & _SIGSTOP_BIT
 
 
 def _signal(pids: list[int], sig: int) -> None:

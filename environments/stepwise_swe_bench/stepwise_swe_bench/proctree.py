@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-__all__ = ["cpu_seconds", "descendants", "open_deleted_files", "resident_bytes", "start_time"]
+__all__ = ["cpu_seconds", "descendants", "open_deleted_files", "resident_bytes", "start_time", "states"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -67,6 +67,15 @@ def cpu_seconds(pids: list[int]) -> float:
         if fields is not None:
             total += sum(int(field) for field in fields[11:15])
     return total / _TICK
+
+
+def states(pids: list[int]) -> dict[int, str]:
+    """The state of each of ``pids`` still there (field 3 of stat(5): R, S, D, T stopped, Z, ...)."""
+    found = {}
+    for pid in pids:
+        if (fields := _stat_fields(str(pid))) is not None:
+            found[pid] = fields[0]
+    return found
 
 
 def open_deleted_files(pids: Sequence[int], device: int) -> Iterator[os.stat_result]:

@@ -8,13 +8,14 @@ pytest only.
 The plan names every graded test twice, ``real`` and ``decoy``, under names the host derived
 with a keyed hash; the items run sorted by node id, so neither names nor order say which is
 which. Both copies are compiled here from the same transformed source, where each
-``assert L == R`` becomes ``_vf_check(L, R, i)``: evaluate both sides once and compare ``L``
-with ``WIDTH`` values in a fixed order, ``R`` among ``WIDTH - 1`` others of its type at a
-position the plan draws (``_window``: consecutive values, so that any of them could be the
-expected one). Both copies make exactly these calls; only what follows differs, a closure
-flag: the real copy asserts ``L == R``; the decoy passes only if, for every equality it ran,
-``L`` equalled all of them. Honest equality is transitive and the others differ from ``R``, so
-an honest run reports every decoy FAILED, fixed or not. Everything else about the copies (module, globals,
+``assert L == R`` becomes ``_vf_check(L, R, i)``: evaluate both sides once and make ``WIDTH``
+comparisons in a fixed order, ``L == R`` among ``WIDTH - 1`` others at a position the plan
+draws (``_compare``: the side with a line replaced by its consecutive values, so that any of
+them could be the expected one). Both copies make exactly these calls; only what follows
+differs, a closure flag: the real copy asserts ``L == R``; the decoy passes only if, for every
+equality it ran, all ``WIDTH`` comparisons held. Honest equality is transitive and the others
+differ from the value they stand for, so an honest run reports every decoy FAILED, fixed or
+not. Everything else about the copies (module, globals,
 fixtures, markers, parameters, file and line numbers) is the same.
 
 At the end (``pytest_unconfigure``) one line, ``VERDICT_MARK`` and a JSON object, reports each
@@ -24,13 +25,14 @@ planned name's outcome.
 from __future__ import annotations
 
 import ast
+import decimal
+import fractions
 import inspect
 import json
-import numbers
 import sys
 import textwrap
 import types
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -44,76 +46,111 @@ _NAME_OF: dict[str, str] = {}
 
 
 WIDTH = 4
-"""How many values each equality is compared with: the expected one and ``WIDTH - 1`` others."""
+"""How many comparisons each equality makes: its own and ``WIDTH - 1`` others."""
+_ADDED = (int, fractions.Fraction, decimal.Decimal)
+"""Exact types whose line is ``+ k``."""
+_SCALED = (float, complex)
+"""Exact types whose line is ``* 2**k``: exact in binary floating point, and each value twice or
+half its neighbour, beyond the tolerance of any approximate ``==`` (``pytest.approx``, a
+float32 that rounds ``1e8 + 1``)."""
 _TOP: dict[type, int] = {str: 0x110000, bytes: 0x100}
 """One past the largest code point of a str, byte of a bytes."""
 
 
-def _moved(value: Any, k: int) -> Any:
-    """``value`` moved ``k`` steps along one line of its type's values, or None where that leaves
-    the type or ``value`` has no line (``_has_line``): numbers ``+ k``; a str or bytes its last
-    code point ``+ k``; a list or tuple its last element with a line, a dict the value of its
-    last key with one, moved so. Moving ``k`` then ``j`` steps is moving ``k + j`` (exactly for
-    integers, rationals and floats while ``+`` is exact)."""
-    if k == 0:
-        return value
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
-        return cast(Any, value) + k
+def _path(value: Any) -> tuple | None:
+    """Where ``value`` moves along its line: ``()`` for a value on one (ints, rationals and
+    decimals, floats and complex numbers, a non-empty str or bytes), the keys down to the last
+    element (value) that has one for a list, tuple or dict, None for no line. Only these exact
+    types: a subclass (an ``IntEnum``, a forgery with its own ``__add__``) has no line."""
     kind = type(value)
-    if kind in _TOP and value:
-        code = value[-1] if kind is bytes else ord(value[-1])
-        if not 0 <= code + k < _TOP[kind]:
-            return None
-        return value[:-1] + (bytes([code + k]) if kind is bytes else chr(code + k))
+    if kind in _ADDED or kind in _SCALED:
+        return ()
+    if kind in _TOP:
+        return () if value else None
     if kind in (list, tuple, dict):
-        keys = list(value) if kind is dict else range(len(value))
-        key = next((key for key in reversed(keys) if _has_line(value[key])), None)
-        moved = None if key is None else _moved(value[key], k)
-        if moved is None:
-            return None
-        copy: Any = dict(value) if kind is dict else list(value)
-        copy[key] = moved
-        return copy if kind is list or kind is dict else tuple(copy)
+        for key in reversed(list(value) if kind is dict else range(len(value))):
+            if (inner := _path(value[key])) is not None:
+                return (key, *inner)
     return None
 
 
-def _has_line(value: Any) -> bool:
-    """Whether ``_moved`` moves ``value`` (away from the ends of its line)."""
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
-        return True
-    if type(value) in _TOP:
-        return bool(value)
-    if type(value) in (list, tuple, dict):
-        return any(_has_line(item) for item in (value.values() if type(value) is dict else value))
-    return False
+def _moved(value: Any, path: tuple, k: int) -> Any:
+    """``value`` moved ``k`` steps at ``path`` (``_path``), or None where that leaves the type:
+    ``+ k`` for ints, rationals and decimals, ``* 2**k`` for floats and complex numbers, a str's
+    or bytes' last code point ``+ k``. Moving keeps each type, so the path stays, and moving
+    ``k`` then ``j`` steps is moving ``k + j``."""
+    if k == 0:
+        return value
+    kind = type(value)
+    if path:
+        inner = _moved(value[path[0]], path[1:], k)
+        if inner is None:
+            return None
+        copy: Any = dict(value) if kind is dict else list(value)
+        copy[path[0]] = inner
+        return tuple(copy) if kind is tuple else copy
+    if kind in _ADDED:
+        return value + k
+    if kind in _SCALED:
+        return value * 2.0**k
+    code = value[-1] if kind is bytes else ord(value[-1])
+    if not 0 <= code + k < _TOP[kind]:
+        return None
+    return value[:-1] + (bytes([code + k]) if kind is bytes else chr(code + k))
 
 
-def _window(value: Any, draw: int) -> tuple[list, int]:
-    """The values an equality with expected value ``value`` is compared with, in this order,
-    and where ``value`` is among them.
+def _line(value: Any, draw: int) -> tuple[list, int] | None:
+    """``WIDTH`` consecutive values of ``value``'s line (``_moved``) and where ``value`` is among
+    them, at ``draw % WIDTH``; None if it has no line (``_path``: empty, None, sets, subclasses,
+    other types, nan) or a step leaves it equal (0, inf).
 
-    ``WIDTH`` consecutive values of ``value``'s line (``_moved``), ``value`` at position
-    ``draw % WIDTH``: each other one differs from it, and any of them, taken as the expected
-    value at its own position, gives the same list. So the list alone says nothing about which
-    one is expected; only a prior over what expected values look like does. Where the line ends
-    within ``WIDTH`` steps (a code point near 0 or the top) the window starts at the nearest
-    start that fits, so near an end some positions are likelier. A bool is compared with
-    ``[False, True]``. A value with no line (empty, None, other types), or one that a step does
-    not change (``inf``, a float too large for ``+ 1`` to show): itself among objects equal to
-    nothing, which tell themselves apart from it."""
+    Each other value differs from ``value``, and any of them, taken as ``value`` at its own
+    position, gives the same list: the list alone does not say which one ``value`` is, only a
+    prior over what values look like does. Where the line ends within ``WIDTH`` steps (a code
+    point near 0 or the top) the window starts at the nearest start that fits, so there some
+    positions are likelier. A bool's line is ``[False, True]``."""
     at = draw % WIDTH
-    if isinstance(value, bool):
+    if type(value) is bool:
         return [False, True], int(value)
+    if (path := _path(value)) is None or not _equal(value, value):  # nan equals nothing
+        return None
     for start in sorted(range(1 - WIDTH, 1), key=lambda s: (abs(s + at), s)):  # -at first
-        line = [_moved(value, start + i) for i in range(WIDTH)]
-        if all(v is not None for v in line) and all(i == -start or not _equal(v, value) for i, v in enumerate(line)):
-            return line, -start
-    return [value if i == at else _Unequal() for i in range(WIDTH)], at
+        try:
+            line = [_moved(value, path, start + i) for i in range(WIDTH)]
+            if all(v is not None for v in line) and not any(
+                _equal(v, value) for i, v in enumerate(line) if i != -start
+            ):
+                return line, -start
+        except Exception:  # a Decimal context that traps, say: no line
+            return None
+    return None
+
+
+def _compare(left: Any, right: Any, draw: int) -> tuple[list[bool], int]:
+    """``left == right`` among ``WIDTH`` comparisons, and where it is.
+
+    The side with a line (the right, else the left: ``assert expected == actual`` is common) is
+    replaced by each value of its line, the other side kept, in the assertion's order. Where
+    neither side has one, objects equal to nothing stand in, each compared with both sides
+    (either equality counts), so an ``==`` that is always true is asked about one on whichever
+    side it is."""
+    if (line := _line(right, draw)) is not None:
+        values, at = line
+        return [_equal(left, value) for value in values], at
+    if (line := _line(left, draw)) is not None:
+        values, at = line
+        return [_equal(value, right) for value in values], at
+    at = draw % WIDTH
+    others = [_Unequal() for _ in range(WIDTH)]
+    return [_equal(left, right) if i == at else _equal(left, o) or _equal(o, right) for i, o in enumerate(others)], at
 
 
 class _Unequal:
+    """Equal to nothing but itself: its ``==`` defers to the other side (``NotImplemented``), so
+    an honest value is compared by identity, and an ``__eq__`` of the code's own is asked."""
+
     def __eq__(self, other: object) -> bool:
-        return False
+        return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -175,8 +212,7 @@ def _copy(item: pytest.Function, factory: Any, name: str, draws: list[int], deco
 
     def check(left: Any, right: Any, index: int) -> None:
         __tracebackhide__ = True  # a failure is reported at the test's own line
-        values, at = _window(right, draws[index % len(draws)])
-        results = [_equal(left, value) for value in values]
+        results, at = _compare(left, right, draws[index % len(draws)])
         if decoy:
             held.append(all(results))
         elif not results[at]:

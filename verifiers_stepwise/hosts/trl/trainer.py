@@ -130,10 +130,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         renderer_config(format)  # an unknown format fails here, before the model is wrapped
         self._rows: list[dict] = []
         self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="vf-stepwise-tokenizer-")
-        processing_class.save_pretrained(self._tokenizer_dir.name)
-        # The train client's renderer loads this tokenizer (3-4 s for Gemma's 262k tokens) on
-        # the rollout loop's thread while TRL wraps the model, not in front of step 1's turns.
-        self._renderer_ready = _submit(_build_renderer(self._tokenizer_dir.name, format))
+        if processing_class is not None:  # else TRL loads it: built after, below
+            self._build_renderer(processing_class)
         super().__init__(
             model=model,
             reward_funcs=[episode_reward],
@@ -150,6 +148,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         # Building the renderer here also checks the tokenizer suits the format before step 1.
         renderer = getattr(import_module("verifiers_stepwise.hosts.trl.renderer"), FORMATS[format])(self._tokenizer)
         self.eos_token_ids = sorted({*self.eos_token_ids, *renderer.get_stop_token_ids()})
+        if processing_class is None:
+            self._build_renderer(self._tokenizer)
         sampler = generate or ModelSampler(
             lambda: self.accelerator.unwrap_model(self.model), self._tokenizer.pad_token_id
         )
@@ -157,6 +157,13 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         self._sampling = sampler.merged if isinstance(sampler, ModelSampler) else contextlib.nullcontext
         self._calls = TrainerThreadCalls(sampler)
         self.endpoint = BatchingTokenEndpoint(self._calls, model="policy").start()
+
+    def _build_renderer(self, tokenizer: Any) -> None:
+        """Save ``tokenizer`` for the train client, whose renderer loads it (3-4 s for Gemma's
+        262k tokens), and start building that renderer on the rollout loop's thread: while TRL
+        wraps the model, not in front of step 1's first turn."""
+        tokenizer.save_pretrained(self._tokenizer_dir.name)
+        self._renderer_ready = _submit(_build_renderer(self._tokenizer_dir.name, self.format))
 
     # -- generation ---------------------------------------------------------------------------
 
