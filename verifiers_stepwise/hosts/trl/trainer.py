@@ -163,7 +163,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         262k tokens), and start building that renderer on the rollout loop's thread: while TRL
         wraps the model, not in front of step 1's first turn."""
         tokenizer.save_pretrained(self._tokenizer_dir.name)
-        self._renderer_ready = _submit(_build_renderer(self._tokenizer_dir.name, self.format))
+        self._renderer_ready = _submit(_renderer_into_pool(self._tokenizer_dir.name, self.format))
 
     # -- generation ---------------------------------------------------------------------------
 
@@ -332,7 +332,7 @@ def _load(env: Mapping[str, Any] | vf.Env) -> vf.Env:
     return env if isinstance(env, vf.Env) else vf.load_environment(vf.resolve_env_config(dict(env)))
 
 
-async def _build_renderer(tokenizer_dir: str, format: str) -> None:
+async def _renderer_into_pool(tokenizer_dir: str, format: str) -> None:
     """The train client's renderer, built into verifiers' process-wide ``ElasticRendererPool``
     under the key the client looks it up by (its ``renderer_model_name`` and ``renderer``)."""
     from verifiers.v1.clients.train import ElasticRendererPool
