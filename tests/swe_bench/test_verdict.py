@@ -184,11 +184,12 @@ def test_an_honest_equality_holds_in_its_own_comparison_only(left, right, draw):
 
 
 def test_a_wildcard_where_the_other_side_moves_makes_an_honest_decoy_pass():
-    """A limit, as the README says: the right side's last element that can move is compared
-    with its neighbours, so an expected value on the left holding a wildcard there (``mock.ANY``)
-    equals them all, and the honest round is flagged."""
+    """A limit, as the README says: the right side's elements that have a line are compared with
+    their neighbours, so an expected value on the left holding a wildcard (``mock.ANY``) across
+    from one equals them all, and the honest round is flagged."""
     results, _ = verdict_plugin._compare({"id": mock.ANY}, {"id": 7}, 0)
     assert all(results)
+    assert verdict_plugin._forged(verdict_plugin._groups([mock.ANY, 3], [1, 3], place))
 
 
 FORGED = [(Always(), 5), (5, Always()), ("a_b", Always()), (Always(), object()), (object(), Always()),
@@ -203,6 +204,53 @@ def test_an_equality_that_is_always_true_holds_in_every_comparison_on_either_sid
     objects equal to nothing, which never asked the forgery."""
     results, _ = verdict_plugin._compare(left, right, draw)
     assert all(results)
+
+
+def place(path):
+    return len(path) % 4
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [([1, "b"], [1, "b"]), ({"a": [1, None], "b": (2.5, "x")}, {"a": [1, None], "b": (2.5, "x")}),
+     ([float("nan")] * 2, [float("nan")] * 2), ([], []), ([[]], [[]]), ([1, 3], [mock.ANY, 3]),
+     ({"id": 7, "at": "noon"}, {"id": mock.ANY, "at": "noon"}), ([Always], [Always])],
+    ids=repr,
+)  # fmt: skip
+def test_an_honest_container_holds_in_each_elements_own_comparison_only(left, right):
+    """Element by element as Python compares containers (an element is its own equal first, so
+    a list holding one nan object equals itself), each group failing somewhere."""
+    groups = verdict_plugin._groups(left, right, place)
+    assert all(results[at] for results, at in groups) == (left == right)
+    assert not verdict_plugin._forged(groups)
+
+
+def test_an_always_true_element_anywhere_in_a_result_holds_every_way():
+    """Was: only the expected value's last element that can move was compared with its
+    neighbours, so an always-equal object elsewhere in a list was asked only beside equal values
+    and never flagged."""
+    groups = verdict_plugin._groups([Always(), "b", 3], ["a", "b", 3], place)
+    assert all(results[at] for results, at in groups) and verdict_plugin._forged(groups)
+
+
+def test_an_element_of_the_codes_own_is_asked_only_about_its_own_elements_four_values():
+    """So a guess inside a container passes at 1 in 4 too: it sees no value more often."""
+    seen = []
+
+    class Recorder:
+        def __eq__(self, other):
+            seen.append(other)
+            return False
+
+    verdict_plugin._groups([Recorder(), "b"], ["a", "b"], place)
+    assert len(seen) == 4 and seen.count("a") == 1 and len(set(seen)) == 4
+
+
+def test_a_container_of_another_shape_or_past_the_leaf_cap_is_compared_whole():
+    assert len(verdict_plugin._groups([1, 2], [1, 2, 3], place)) == 1
+    assert len(verdict_plugin._groups((1, 2), [1, 2], place)) == 1
+    big = list(range(verdict_plugin._LEAVES + 1))
+    assert len(verdict_plugin._groups(big, list(big), place)) == 1
 
 
 def plugin_run(tmp_path, source: str, secret: bytes) -> tuple[dict[str, str], str | None]:
@@ -226,7 +274,9 @@ def secret_placing(first_draw: int) -> bytes:
     return next(
         secret
         for n in range(1000)
-        if make_plan(["test_it.py::test_one"], secret=(secret := b"%d" % n)).tests[0]["draws"][0] % verdict_plugin.WIDTH
+        if verdict_plugin._draw(
+            make_plan(["test_it.py::test_one"], secret=(secret := b"%d" % n)).tests[0]["key"], 0, ()
+        )
         == first_draw
     )
 
@@ -235,6 +285,23 @@ def test_an_always_equal_result_on_the_right_of_its_expected_value_is_tampering(
     source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
     _, why = plugin_run(tmp_path, source + '    assert "a-slug" == Always()\n', b"s")
     assert why is not None and "did not fail" in why
+
+
+def test_an_always_equal_element_of_a_result_is_tampering(tmp_path):
+    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
+    _, why = plugin_run(tmp_path, source + '    assert [Always(), "b"] == ["a", "b"]\n', b"s")
+    assert why is not None and "did not fail" in why
+
+
+def test_one_forged_equality_among_honest_ones_is_tampering(tmp_path):
+    """Was: the decoy passed only if every equality it ran held every way, so a test whose other
+    equalities the code already passed honestly, and whose failing one got an always-true
+    result, passed its real copy unflagged."""
+    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
+    tests, why = plugin_run(tmp_path, source + "    assert 1 + 1 == 2\n    assert Always() == 5\n", b"s")
+    assert why is not None and "did not fail" in why
+    tests, why = plugin_run(tmp_path, source + "    assert 1 + 1 == 2\n    assert 2 + 3 == 5\n", b"s")
+    assert (tests, why) == ({"test_it.py::test_one": "passed"}, None)
 
 
 def test_an_honest_test_of_a_large_float_passes_and_its_decoy_fails(tmp_path):

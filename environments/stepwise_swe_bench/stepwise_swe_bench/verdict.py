@@ -7,12 +7,11 @@ command alone, whose exit status is that call's own. The test command runs pytes
 
 The plan comes from a secret drawn per round on the host (``secrets.token_bytes``), never
 written anywhere: each graded test ``t`` is run twice, as ``test_<HMAC(secret, "real" + t)>``
-and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with 64 draws from the same
-HMAC that both copies use to place each expected value among the values its equality is
-compared with. A decoy passes only if its equalities held against all of them alike
-(``verdict_plugin``), so an honest
-run reports it FAILED whether or not the fix is right. The plugin prints one structured line
-of outcomes; stdout is not parsed otherwise.
+and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with a 16-byte key from the
+same HMAC that both copies use to place each equality's own comparison among others that
+replace one side with its neighbours. A decoy passes if some equality held every way
+(``verdict_plugin``), so an honest run reports it FAILED whether or not the fix is right. The
+plugin prints one structured line of outcomes; stdout is not parsed otherwise.
 
 A test counts as passing only when its real copy reports what the gold patch's run reports
 (``expected``): ``passed``, or ``xfailed`` for a test the instance's record of that run lists
@@ -95,8 +94,8 @@ def split_eval_script(script: str) -> TestRun | None:
 
 @dataclass(frozen=True)
 class Plan:
-    """Each graded test's two names (``real``, ``decoy``) and where its equalities put the
-    expected value among the values they compare with (``draws``, one per equality, cycling)."""
+    """Each graded test's two names (``real``, ``decoy``) and the key that places each of its
+    equalities' own comparison among the others (``key``, 16 bytes in hex)."""
 
     tests: tuple[dict, ...]
 
@@ -141,13 +140,12 @@ def make_plan(test_ids: list[str], secret: bytes | None = None) -> Plan:
 
     tests = []
     for test in dict.fromkeys(test_ids):
-        draws = [int(c, 16) for c in mac("draws", test)]
         tests.append(
             {
                 "id": test,
                 "real": f"test_{mac('real', test)[:16]}",
                 "decoy": f"test_{mac('decoy', test)[:16]}",
-                "draws": draws,
+                "key": mac("draws", test)[:32],
             }
         )
     return Plan(tuple(tests))

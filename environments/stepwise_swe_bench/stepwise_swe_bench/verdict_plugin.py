@@ -12,11 +12,12 @@ which. Both copies are compiled here from the same transformed source, where eac
 comparisons in a fixed order, ``L == R`` among ``WIDTH - 1`` others at a position the plan
 draws (``_compare``: the side with a line replaced by its consecutive values, so that any of
 them could be the expected one). Both copies make exactly these calls; only what follows
-differs, a closure flag: the real copy asserts ``L == R``; the decoy passes only if, for every
+differs, a closure flag: the real copy asserts ``L == R``; the decoy passes if, for any
 equality it ran, all ``WIDTH`` comparisons held. Honest equality is transitive and the others
 differ from the value they stand for, so an honest run reports every decoy FAILED, fixed or
-not. Everything else about the copies (module, globals,
-fixtures, markers, parameters, file and line numbers) is the same.
+not, and one forged equality among honest ones is enough to flag the run. Everything else
+about the copies (module, globals, fixtures, markers, parameters, file and line numbers) is the
+same.
 
 At the end (``pytest_unconfigure``) one line, ``VERDICT_MARK`` and a JSON object, reports each
 planned name's outcome.
@@ -27,18 +28,20 @@ from __future__ import annotations
 import ast
 import decimal
 import fractions
+import hashlib
 import inspect
 import json
 import sys
 import textwrap
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 VERDICT_MARK = "STEPWISE-VERDICT"
 PLAN: dict = {}
-"""Set by the bootstrap: ``{"tests": [{"id", "real", "decoy", "draws"}]}``; emptied at collection."""
+"""Set by the bootstrap: ``{"tests": [{"id", "real", "decoy", "key"}]}``; emptied at collection."""
 _OUTCOMES: dict[str, str] = {}
 """Each planned name's outcome (the report)."""
 _NAME_OF: dict[str, str] = {}
@@ -126,6 +129,13 @@ def _line(value: Any, draw: int) -> tuple[list, int] | None:
     return None
 
 
+def _draw(key: str, index: int, path: tuple) -> int:
+    """Where the ``index``-th equality of a test puts its own comparison of the elements at
+    ``path``: from a keyed hash, so no two places say anything of each other."""
+    digest = hashlib.blake2b(repr((index, path)).encode(), key=bytes.fromhex(key), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % WIDTH
+
+
 def _compare(left: Any, right: Any, draw: int) -> tuple[list[bool], int]:
     """``left == right`` among ``WIDTH`` comparisons, and where it is.
 
@@ -143,6 +153,51 @@ def _compare(left: Any, right: Any, draw: int) -> tuple[list[bool], int]:
     at = draw % WIDTH
     others = [_Unequal() for _ in range(WIDTH)]
     return [_equal(left, right) if i == at else _equal(left, o) or _equal(o, right) for i, o in enumerate(others)], at
+
+
+_LEAVES = 256
+"""Containers with more elements than this are compared whole, not element by element."""
+
+
+def _groups(left: Any, right: Any, draw: Callable[[tuple], int]) -> list[tuple[list[bool], int]]:
+    """``left == right`` as groups of comparisons, each with the place of its own: one group
+    (``_compare``) for the pair, or, where both sides are lists, tuples or dicts of one exact
+    type and shape (``_LEAVES`` elements at most), one for each pair of elements, as Python
+    compares them (an element is its own equal: ``x is y`` first). So an ``__eq__`` of the
+    code's own anywhere in a result is compared with its own element's neighbours, not only
+    with equal values beside another element that moves. An element pair is checked only where
+    the right one has a line; elsewhere (``mock.ANY`` or a matcher in an expected value, which
+    equal anything) its group is its own comparison alone. ``draw(path)`` places each group's
+    own comparison."""
+    pairs: list[tuple[Any, Any, tuple]] = []
+    todo: list[tuple[Any, Any, tuple]] = [(left, right, ())]
+    while todo:
+        a, b, path = todo.pop()
+        kind = type(b)
+        same = type(a) is kind and kind in (list, tuple, dict) and len(a) == len(b)
+        if same and (kind is not dict or a.keys() == b.keys()) and len(pairs) + len(todo) + len(b) <= _LEAVES:
+            keys = list(b) if kind is dict else range(len(b))  # a path holds positions, not keys
+            todo.extend((a[key], b[key], (*path, i)) for i, key in reversed(list(enumerate(keys))))
+        else:
+            pairs.append((a, b, path))
+    if len(pairs) == 1 and not pairs[0][2]:
+        return [_compare(left, right, draw(()))]
+    groups = []
+    for a, b, path in pairs:
+        line = _line(b, draw(path))
+        own = a is b or _equal(a, b)
+        if line is None:
+            groups.append(([own], 0))
+            continue
+        values, at = line
+        groups.append(([own if i == at else _equal(a, value) for i, value in enumerate(values)], at))
+    return groups
+
+
+def _forged(groups: list[tuple[list[bool], int]]) -> bool:
+    """Whether some group's comparisons all held: an honest ``==`` cannot equal a value and its
+    neighbours too."""
+    return any(len(results) > 1 and all(results) for results, _ in groups)
 
 
 class _Unequal:
@@ -206,16 +261,16 @@ def _compile(function: Any, module: types.ModuleType) -> Any:
     return namespace["_vf_factory"]
 
 
-def _copy(item: pytest.Function, factory: Any, name: str, draws: list[int], decoy: bool) -> pytest.Function:
+def _copy(item: pytest.Function, factory: Any, name: str, key: str, decoy: bool) -> pytest.Function:
     """One copy of ``item`` named ``name``: the real test, or its decoy."""
     held: list[bool] = []
 
     def check(left: Any, right: Any, index: int) -> None:
         __tracebackhide__ = True  # a failure is reported at the test's own line
-        results, at = _compare(left, right, draws[index % len(draws)])
+        groups = _groups(left, right, lambda path: _draw(key, index, path))
         if decoy:
-            held.append(all(results))
-        elif not results[at]:
+            held.append(_forged(groups))
+        elif not all(results[at] for results, at in groups):
             raise AssertionError(f"assert {left!r} == {right!r}")
 
     inner = factory(check)
@@ -225,7 +280,7 @@ def _copy(item: pytest.Function, factory: Any, name: str, draws: list[int], deco
     def run(**kwargs: Any) -> Any:
         __tracebackhide__ = True
         result = inner(**kwargs)
-        if decoy and not (held and all(held)):
+        if decoy and not any(held):  # one equality that held every way is enough
             raise AssertionError()
         return result
 
@@ -262,7 +317,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             _OUTCOMES[entry["decoy"]] = "no-decoy"
             continue
         for name, decoy in ((entry["real"], False), (entry["decoy"], True)):
-            copy = _copy(item, factory, name, entry["draws"], decoy)
+            copy = _copy(item, factory, name, entry["key"], decoy)
             _NAME_OF[copy.nodeid] = name
             chosen.append(copy)
     chosen.sort(key=lambda item: item.nodeid)
