@@ -247,6 +247,14 @@ def test_an_element_of_the_codes_own_is_asked_only_about_its_own_elements_four_v
 
 
 def test_a_container_of_another_shape_or_past_the_leaf_cap_is_compared_whole():
+    class Raises:
+        def __eq__(self, other):
+            raise RuntimeError("no")
+
+        def __hash__(self):
+            return 0
+
+    assert len(verdict_plugin._groups({Raises(): 1}, {Raises(): 1}, place)) == 1
     assert len(verdict_plugin._groups([1, 2], [1, 2, 3], place)) == 1
     assert len(verdict_plugin._groups((1, 2), [1, 2], place)) == 1
     big = list(range(verdict_plugin._LEAVES + 1))

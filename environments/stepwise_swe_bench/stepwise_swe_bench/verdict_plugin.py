@@ -171,15 +171,18 @@ def _groups(left: Any, right: Any, draw: Callable[[tuple], int]) -> list[tuple[l
     own comparison."""
     pairs: list[tuple[Any, Any, tuple]] = []
     todo: list[tuple[Any, Any, tuple]] = [(left, right, ())]
-    while todo:
-        a, b, path = todo.pop()
-        kind = type(b)
-        same = type(a) is kind and kind in (list, tuple, dict) and len(a) == len(b)
-        if same and (kind is not dict or a.keys() == b.keys()) and len(pairs) + len(todo) + len(b) <= _LEAVES:
-            keys = list(b) if kind is dict else range(len(b))  # a path holds positions, not keys
-            todo.extend((a[key], b[key], (*path, i)) for i, key in reversed(list(enumerate(keys))))
-        else:
-            pairs.append((a, b, path))
+    try:
+        while todo:
+            a, b, path = todo.pop()
+            kind = type(b)
+            same = type(a) is kind and kind in (list, tuple, dict) and len(a) == len(b)
+            if same and (kind is not dict or a.keys() == b.keys()) and len(pairs) + len(todo) + len(b) <= _LEAVES:
+                keys = list(b) if kind is dict else range(len(b))  # a path holds positions, not keys
+                todo.extend((a[key], b[key], (*path, i)) for i, key in reversed(list(enumerate(keys))))
+            else:
+                pairs.append((a, b, path))
+    except Exception:  # keys whose == or hash raises: the pair as a whole
+        pairs = [(left, right, ())]
     if len(pairs) == 1 and not pairs[0][2]:
         return [_compare(left, right, draw(()))]
     groups = []
