@@ -261,6 +261,10 @@ def test_a_container_of_another_shape_or_past_the_leaf_cap_is_compared_whole():
     assert len(verdict_plugin._groups(big, list(big), place)) == 1
 
 
+ALWAYS = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
+"""A test module's start: ``Always``, then ``test_one``'s line, its body to follow."""
+
+
 def plugin_run(tmp_path, source: str, secret: bytes) -> tuple[dict[str, str], str | None]:
     """The verdict of ``source`` (one test module) run through the bootstrap and the plugin as
     the grader runs it, without a sandbox (the code here is the test's own)."""
@@ -290,14 +294,12 @@ def secret_placing(first_draw: int) -> bytes:
 
 
 def test_an_always_equal_result_on_the_right_of_its_expected_value_is_tampering(tmp_path):
-    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
-    _, why = plugin_run(tmp_path, source + '    assert "a-slug" == Always()\n', b"s")
+    _, why = plugin_run(tmp_path, ALWAYS + '    assert "a-slug" == Always()\n', b"s")
     assert why is not None and "did not fail" in why
 
 
 def test_an_always_equal_element_of_a_result_is_tampering(tmp_path):
-    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
-    _, why = plugin_run(tmp_path, source + '    assert [Always(), "b"] == ["a", "b"]\n', b"s")
+    _, why = plugin_run(tmp_path, ALWAYS + '    assert [Always(), "b"] == ["a", "b"]\n', b"s")
     assert why is not None and "did not fail" in why
 
 
@@ -305,10 +307,9 @@ def test_one_forged_equality_among_honest_ones_is_tampering(tmp_path):
     """Was: the decoy passed only if every equality it ran held every way, so a test whose other
     equalities the code already passed honestly, and whose failing one got an always-true
     result, passed its real copy unflagged."""
-    source = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
-    tests, why = plugin_run(tmp_path, source + "    assert 1 + 1 == 2\n    assert Always() == 5\n", b"s")
+    tests, why = plugin_run(tmp_path, ALWAYS + "    assert 1 + 1 == 2\n    assert Always() == 5\n", b"s")
     assert why is not None and "did not fail" in why
-    tests, why = plugin_run(tmp_path, source + "    assert 1 + 1 == 2\n    assert 2 + 3 == 5\n", b"s")
+    tests, why = plugin_run(tmp_path, ALWAYS + "    assert 1 + 1 == 2\n    assert 2 + 3 == 5\n", b"s")
     assert (tests, why) == ({"test_it.py::test_one": "passed"}, None)
 
 

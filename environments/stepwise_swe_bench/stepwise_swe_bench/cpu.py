@@ -33,7 +33,7 @@ from pathlib import Path
 
 from . import memory
 from .process import Breach
-from .proctree import cpu_seconds, descendants, states
+from .proctree import cpu_seconds, tree
 
 __all__ = ["CgroupCpu", "TreeCpu", "episode_cpu", "release"]
 
@@ -140,8 +140,6 @@ class TreeCpu:
         self.seen_stopped: set[int] = set()
         self.resumes = 0
         self.held_at = self.held_used = self.until = 0.0
-        self.throttled_s = 0.0
-        """How long the tree was held, in all."""
         self._lock = threading.Lock()  # a cancelled watch's thread may still be measuring
 
     def start(self, pid: int) -> None:
@@ -152,10 +150,10 @@ class TreeCpu:
             if not running or self.root is None:
                 self._release()
                 return None
-            pids, now = descendants(self.root), time.monotonic()
-            used = cpu_seconds(pids)
+            stats, now = tree(self.root), time.monotonic()
+            pids, used = list(stats), cpu_seconds(stats.values())
             if self.held:
-                return self._hold(pids, used, now)
+                return self._hold({pid: fields[0] for pid, fields in stats.items()}, used, now)
             refill = self.cpus * (now - self.at)
             self.budget = min(self.budget + refill, self.cpus * memory.WATCH_INTERVAL_S) - max(0.0, used - self.used)
             self.used, self.at = used, now
@@ -165,12 +163,11 @@ class TreeCpu:
                 self.held, self.held_at, self.held_used, self.until = pids, now, used, now + pause
                 # The pause pays the debt: the next measure counts from its end.
                 self.budget, self.at = 0.0, now + pause
-                self.throttled_s += pause
                 self.interval_s = _HOLD_POLL_S
             return None
 
-    def _hold(self, pids: list[int], used: float, now: float) -> Breach | None:
-        state = states(pids)
+    def _hold(self, state: dict[int, str], used: float, now: float) -> Breach | None:
+        """``state``: each process of the tree and its state (field 3 of stat(5))."""
         if any(state.get(pid, "Z") not in _STOPPED for pid in self.seen_stopped):
             self.resumes += 1
         if (
@@ -183,7 +180,7 @@ class TreeCpu:
             )
         self.seen_stopped = {pid for pid, s in state.items() if s in "Tt"}
         _signal([pid for pid, s in state.items() if s not in _STOPPED], signal.SIGSTOP)
-        self.held = sorted({*self.held, *pids})
+        self.held = sorted({*self.held, *state})
         if now >= self.until:  # what ran while held is charged at the next measure
             self._release()
         return None

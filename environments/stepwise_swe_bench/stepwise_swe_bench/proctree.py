@@ -8,9 +8,9 @@ namespace reparents orphans (``setsid``, double forks) to the namespace's init, 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-__all__ = ["cpu_seconds", "descendants", "open_deleted_files", "resident_bytes", "start_time", "states"]
+__all__ = ["cpu_seconds", "descendants", "open_deleted_files", "resident_bytes", "start_time", "tree"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -33,18 +33,27 @@ def start_time(pid: int) -> str | None:
     return None if fields is None else fields[19]
 
 
-def descendants(root: int) -> list[int]:
-    """``root`` and every process below it, now (one pass over ``/proc``)."""
+def tree(root: int) -> dict[int, list[str]]:
+    """``root`` and every process below it, now, each with the fields of its stat (one pass over
+    ``/proc``); empty once ``root`` is gone."""
+    fields_of: dict[int, list[str]] = {}
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (fields := _stat_fields(name)) is not None:
+            fields_of[int(name)] = fields
             children.setdefault(int(fields[1]), []).append(int(name))
-    found, stack = [], [root]
+    found, stack = {}, [root]
     while stack:
         pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, ()))
+        if pid in fields_of:
+            found[pid] = fields_of[pid]
+            stack.extend(children.get(pid, ()))
     return found
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it, now (one pass over ``/proc``)."""
+    return list(tree(root)) or [root]
 
 
 def resident_bytes(pids: list[int]) -> int:
@@ -58,24 +67,11 @@ def resident_bytes(pids: list[int]) -> int:
     return total
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """The CPU time of ``pids`` and of the children they reaped (user and system, fields 14-17
-    of stat(5)): a process that ends moves its time to the one that waits for it."""
-    total = 0
-    for pid in pids:
-        fields = _stat_fields(str(pid))
-        if fields is not None:
-            total += sum(int(field) for field in fields[11:15])
-    return total / _TICK
-
-
-def states(pids: list[int]) -> dict[int, str]:
-    """The state of each of ``pids`` still there (field 3 of stat(5): R, S, D, T stopped, Z, ...)."""
-    found = {}
-    for pid in pids:
-        if (fields := _stat_fields(str(pid))) is not None:
-            found[pid] = fields[0]
-    return found
+def cpu_seconds(stats: Iterable[list[str]]) -> float:
+    """The CPU time of the processes whose stat fields (``tree``) are ``stats`` and of the
+    children they reaped (user and system, fields 14-17 of stat(5)): a process that ends moves
+    its time to the one that waits for it."""
+    return sum(int(field) for fields in stats for field in fields[11:15]) / _TICK
 
 
 def open_deleted_files(pids: Sequence[int], device: int) -> Iterator[os.stat_result]:

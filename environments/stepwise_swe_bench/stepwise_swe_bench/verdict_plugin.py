@@ -136,17 +136,20 @@ def _draw(key: str, index: int, path: tuple) -> int:
     return int.from_bytes(digest, "big") % WIDTH
 
 
-def _compare(left: Any, right: Any, draw: int) -> tuple[list[bool], int]:
+def _compare(left: Any, right: Any, draw: int, *, whole: bool = True) -> tuple[list[bool], int]:
     """``left == right`` among ``WIDTH`` comparisons, and where it is.
 
     The side with a line (the right, else the left: ``assert expected == actual`` is common) is
     replaced by each value of its line, the other side kept, in the assertion's order. Where
     neither side has one, objects equal to nothing stand in, each compared with both sides
     (either equality counts), so an ``==`` that is always true is asked about one on whichever
-    side it is."""
+    side it is. Not ``whole`` (elements of containers, see ``_groups``): only the right side's
+    line, else the comparison alone."""
     if (line := _line(right, draw)) is not None:
         values, at = line
         return [_equal(left, value) for value in values], at
+    if not whole:
+        return [_equal(left, right)], 0
     if (line := _line(left, draw)) is not None:
         values, at = line
         return [_equal(value, right) for value in values], at
@@ -187,13 +190,9 @@ def _groups(left: Any, right: Any, draw: Callable[[tuple], int]) -> list[tuple[l
         return [_compare(left, right, draw(()))]
     groups = []
     for a, b, path in pairs:
-        line = _line(b, draw(path))
-        own = a is b or _equal(a, b)
-        if line is None:
-            groups.append(([own], 0))
-            continue
-        values, at = line
-        groups.append(([own if i == at else _equal(a, value) for i, value in enumerate(values)], at))
+        results, at = _compare(a, b, draw(path), whole=False)
+        results[at] = a is b or results[at]
+        groups.append((results, at))
     return groups
 
 
