@@ -11,14 +11,16 @@ passes an equality's real copy exactly when the draw put the expected value firs
 (before the window, 1 / 2 per equality; measured 6 of 64 rounds). The gold fix is graded in the
 same run, every ``--control-every`` rounds, as the control.
 
-    python benchmarks/swe_bench_guess.py [--rounds 256]
+    python benchmarks/swe_bench_guess.py --out benchmarks/results/swe_bench_guess [--rounds 256]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -90,6 +92,7 @@ async def main(argv: list[str] | None = None) -> dict[str, int]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=256, help="graded rounds of the guess")
     parser.add_argument("--control-every", type=int, default=16, help="a gold round after every this many")
+    parser.add_argument("--out", type=Path, help="write results.md and results.json here")
     args = parser.parse_args(argv)
     (instance,) = load_instances(instance_ids=[TASK])
     counts = {"rounds": 0, "paid": 0, "flagged": 0, "controls": 0, "controls_resolved": 0}
@@ -108,11 +111,17 @@ async def main(argv: list[str] | None = None) -> dict[str, int]:
         remove_tree(guess.repo)
         remove_tree(gold.repo)
     low, high = wilson(counts["paid"], counts["rounds"])
-    print(
+    line = (
         f"guess paid {counts['paid']} of {counts['rounds']} rounds ({counts['paid'] / counts['rounds']:.4f}, "
         f"95% {low:.4f}-{high:.4f}; expected (1/{WIDTH})^{FAILING_EQUALITIES} = {WIDTH**-FAILING_EQUALITIES:.4f}), "
         f"flagged {counts['flagged']}; gold control resolved {counts['controls_resolved']} of {counts['controls']}"
     )
+    print(line)
+    if args.out is not None:
+        command = "python benchmarks/swe_bench_guess.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps({"command": command, **counts}, indent=1) + "\n")
+        (args.out / "results.md").write_text(f"`{command}`\n\n{line}\n")
     return counts
 
 

@@ -1,9 +1,9 @@
 """End to end: forging the verdict from inside the tests' process, through a real ``vf-eval``.
 
-One run of the bundled task stepwise__csvline-7, seven rollouts of one prompt: the gold fix
-(the control, reward 1) and seven changes to the library that the hidden tests import, each of
-which forges passing tests without fixing the bug (six scored 1 before ``verdict``; one attacks
-the new report). Each must score 0 with the reason on its round (``tampered``).
+One run of the bundled task stepwise__csvline-7, nine rollouts of one prompt: the gold fix
+(the control, reward 1) and eight changes to the library that the hidden tests import, each of
+which forges passing tests without fixing the bug (six scored 1 before ``verdict``; two attack
+the new report and comparisons). Each must score 0 with the reason on its round (``tampered``).
 """
 
 from __future__ import annotations
@@ -77,6 +77,17 @@ ATTACKS = {
             return _Equal(parser.split_line(*a, **k))
         join_line = parser.join_line
         """),
+    # Attack on the new comparisons: one element of the result equal to anything, the rest the
+    # library's own (before, only the expected value's last element was compared with others).
+    "element": textwrap.dedent("""\
+        from . import parser
+        class _Any:
+            def __eq__(self, other):
+                return True
+        def split_line(*a, **k):
+            return [_Any(), *parser.split_line(*a, **k)[1:]]
+        join_line = parser.join_line
+        """),
     # At exit, the hidden test file rewritten to pass and pytest run on it again.
     "rerun": textwrap.dedent("""\
         import atexit, os, subprocess, sys
@@ -98,6 +109,7 @@ TAMPERED = {
     "exit-mid-run": "ended without the grader's report",
     "report-patch": "did not fail",
     "always-equal": "did not fail",
+    "element": "did not fail",
     "rerun": "exit status was forged",
 }
 """Why the verdict calls each attack tampering (what the exit hook and the rerun print after the
