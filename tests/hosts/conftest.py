@@ -37,7 +37,7 @@ if (
     sys.modules[_PACKAGE] = importlib.util.module_from_spec(_spec)  # __path__ set, __init__ not run
 
 # prime-rl is git-only (not on PyPI). STEPWISE_PRIME_RL=/path/to/prime-rl (a checkout or the
-# vendored 559b447 snapshot, with prime-rl's pinned verifiers installed) puts its sources on
+# extracted 559b447 tree, with prime-rl's pinned verifiers installed) puts its sources on
 # sys.path; STEPWISE_REQUIRE_PRIME_RL=1 (set by .ci/run's host-contract environment) makes a
 # missing or broken prime-rl an error instead of a skip. Without prime-rl the adapter runs on
 # a stand-in for its two base classes, and the tests that need prime-rl itself skip.

@@ -1,7 +1,7 @@
 """One spelling of estimator options: a name and the estimator config's own field names, in
 every entry point's syntax (docs/estimators.md, "Options in each entry point"), building the
-same estimator and refused the same way. prime-rl's TOML is checked against the vendored
-prime-rl in ``test_prime_rl_host.py`` (``test_register_and_the_documented_toml``)."""
+same estimator and refused the same way. prime-rl's TOML is checked against prime-rl
+559b447 itself in ``test_prime_rl_host.py`` (``test_register_and_the_documented_toml``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ with ``StepwiseVerifiersRollouter`` on top, against real verifiers episodes of t
 
 What is main's code, unedited: ``torchtitan/rl/examples/verifiers/{rollouter,data,env_server,
 generation_server}.py`` (versions in ``tests/hosts/torchtitan_main/README.md``; the folder is
-named by ``STEPWISE_TORCHTITAN_MAIN`` and checked by sha256; without it these tests skip). What
+named by ``STEPWISE_TORCHTITAN_MAIN`` and checked by sha256; without it these tests skip, and
+under ``STEPWISE_REQUIRE_TORCHTITAN_MAIN=1``, as in .ci/run's torchtitan-main stage, they fail). What
 is a stand-in (``tests/hosts/torchtitan_main/tree/``): the rest of ``torchtitan.rl`` those files
 import, as torchtitan 0.3.0's same classes where 0.3.0 has them (rollout types, advantage,
 rubric, types, metrics, the sample builder), plus main's ``Rollout.logs`` field, a bare
@@ -32,7 +33,7 @@ from packaging.version import Version
 from torchtitan.experiments.rl.renderer import RendererConfig
 
 from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens, planned_completion
-from tests.hosts.torchtitan_main import child_site, install, stored
+from tests.hosts.torchtitan_main import REQUIRE_VAR, child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
 from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
@@ -40,6 +41,8 @@ from verifiers_stepwise.traces.credit import read_credit
 from verifiers_stepwise.traces.turns import read_turns
 
 FOLDER, MISSING = stored()
+if FOLDER is None and os.environ.get(REQUIRE_VAR):  # .ci/run's torchtitan-main stage: no skip
+    raise RuntimeError(f"{REQUIRE_VAR} is set but {MISSING}")
 pytestmark = pytest.mark.skipif(FOLDER is None, reason=MISSING)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from tests.hosts.conftest import PRIME_RL_VAR, needs_prime_rl
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "prime-rl.md"
-COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"  # ../shared/vendor/README.md
+COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"  # ../shared/reference/upstream-sources.md
 CONFIGS = "outputs/stepwise-refine/configs"
 
 INSTALL = 'uv pip install -e "$STEPWISE" -e "$STEPWISE/environments/stepwise_refine"'
@@ -42,10 +42,10 @@ PROVIDED = {
     "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
 }
 NOT_RUN = {
-    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": "network; CI has the snapshot",
-    f"git checkout {COMMIT}": "the vendored snapshot is this commit (test_the_guide_names_the_snapshots_commit)",
+    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": "network; the stage reads the extracted tree",
+    f"git checkout {COMMIT}": "the tree the stage reads is this commit (test_the_guide_checks_out_the_tested_commit…)",
     "git submodule update --init -- deps/verifiers deps/renderers deps/prime-envs deps/pydantic-config": (
-        "network; verifiers a60a606 is the vendored archive"
+        "network; the stage installs verifiers a60a606 from its extracted tree"
     ),
     "uv sync --all-extras": "network and prime-rl's CUDA wheels (vLLM, flash-attn)",
     "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml": "the training run: 2 GPUs",
@@ -100,9 +100,13 @@ def test_every_command_of_the_guide_is_accounted_for():
 
 @needs_prime_rl
 def test_the_guide_checks_out_the_tested_commit_on_prime_rls_python():
-    vendor = Path(os.environ.get("STEPWISE_VENDOR", ROOT.parent / "shared" / "vendor"))  # as .ci/run
-    assert f"| {COMMIT} |" in (vendor / "README.md").read_text()  # the snapshot the tests run on
     checkout = Path(os.environ[PRIME_RL_VAR])
+    # the tree the tests run on is the commit the guide checks out: a git checkout's HEAD, or an
+    # extracted tree named for its commit as docs/contributing.md lays the upstream folder out
+    if (checkout / ".git").exists():
+        assert subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() == COMMIT
+    else:
+        assert checkout.name == f"prime-rl-{COMMIT[:7]}"
     requires = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["requires-python"]
     assert f'`requires-python = "{requires}"`' in " ".join(run_it().split())
 
@@ -174,13 +178,19 @@ def test_the_guides_cpu_commands_run_as_written(guide_dir):
             ["bash", "-c", f"exec {env_server}"], cwd=guide_dir, env=environment(), stdout=out, stderr=subprocess.STDOUT
         )
     try:
+        # Up means the env server and its interception pool: a Ctrl-C while the pool still starts
+        # can leave the server hung (seen under load), which is not what the guide's user does.
         deadline = time.monotonic() + 180
-        while "EnvServer up: taskset=stepwise-refine" not in log.read_text():
+        while not all(line in log.read_text() for line in ("EnvServer up: taskset=stepwise-refine", "interception pool:")):
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(60)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()  # never leave the guide's port taken for the next run
+            raise
     assert "EnvServer down: taskset=stepwise-refine" in log.read_text(), log.read_text()[-3000:]
 
     # The orchestrator registers `stepwise`, validates its config, then stops where the guide says.

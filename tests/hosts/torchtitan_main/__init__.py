@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 STORED_VAR = "STEPWISE_TORCHTITAN_MAIN"
+REQUIRE_VAR = "STEPWISE_REQUIRE_TORCHTITAN_MAIN"  # set: a missing or edited folder fails, not skips
 TREE = Path(__file__).parent / "tree"
 VERIFIERS = "torchtitan/rl/examples/verifiers"
 
