@@ -116,7 +116,7 @@ def test_vf_eval_output_is_grouped_by_task_and_advantages_equal_score_group(tmp_
     # The library on the same groups: score_group writes the advantages the CLI reports.
     expected = {}
     for group in library_groups(episodes).values():
-        for episode, values in zip(group, [c.advantages for c in score_group(group, "stepwise")]):
+        for episode, values in zip(group, [c.advantages for c in score_group(group, "stepwise").values()]):
             for t, value in enumerate(values):
                 expected[episode.id, t] = value
     assert {(row["episode"], row["turn"]): row["advantage"] for row in rows} == expected
@@ -412,10 +412,11 @@ def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counte
     assert code == 0, err
     report = json.loads(out)
     assert report["counts"] | {"errored": 1, "not_trainable": 1, "trajectories": 3, "traces": 5} == report["counts"]
-    expected = [credit.advantages if credit else [] for credit in score_group(group, "stepwise")]
+    records = score_group(group, "stepwise")
     rows = read_rows(tmp_path / "traces.advantages.jsonl")
-    for episode, values in zip(group, expected):
-        assert [r["advantage"] for r in rows if r["episode"] == episode.id] == values
+    for episode in group:
+        credit = records.get(episode.traces[0].id)
+        assert [r["advantage"] for r in rows if r["episode"] == episode.id] == (credit.advantages if credit else [])
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -727,7 +728,7 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     ):
         expected = {}
         for group in library_groups(episodes).values():
-            for episode, values in zip(group, [c.advantages for c in score_group(group, estimator)]):
+            for episode, values in zip(group, [c.advantages for c in score_group(group, estimator).values()]):
                 expected.update(((episode.id, t), v) for t, v in enumerate(values))
         assert {(r["episode"], r["turn"]): r[name] for r in rows} == expected
     assert max(r["turns"] for r in rows) == 3 and len({r["reward"] for r in rows}) > 3
@@ -798,7 +799,7 @@ def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, 
     assert code == 0, err
     rows = read_rows(tmp_path / "rows.jsonl")
     copies = [vf.Episode.model_validate(e.model_dump()) for e in group]
-    expected = [credit.advantages for credit in score_group(copies, get_estimator("stepwise"))]
+    expected = [credit.advantages for credit in score_group(copies, get_estimator("stepwise")).values()]
     for episode, values in zip(group, expected):
         assert [r["advantage"] for r in rows if r["episode"] == episode.id] == pytest.approx(values)
     assert len([r for r in rows if r["episode"] == group[1].id]) == len(expected[1]) > 0
@@ -814,8 +815,8 @@ def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_pa
     episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, _, err = run(capsys, "advantages", traces, "--no-output")
-    assert code != 0 and "--turn-rewards scores" in err
-    code, out, err = run(capsys, "advantages", traces, "--turn-rewards", "scores", "-o", tmp_path / "t.jsonl")
+    assert code != 0 and "--reading scores" in err
+    code, out, err = run(capsys, "advantages", traces, "--reading", "scores", "-o", tmp_path / "t.jsonl")
     assert code == 0, err
     rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]
     assert rewards == pytest.approx([0.2, 0.0, 0.7])

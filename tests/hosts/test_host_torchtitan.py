@@ -27,7 +27,8 @@ from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus, RolloutTurn
 from torchtitan.experiments.rl.types import Completion, RolloutTurnID
 
-from verifiers_stepwise import ConfigError, RewardError, UnknownEstimator, get_estimator
+from verifiers_stepwise import ConfigError, RewardError, get_estimator
+from verifiers_stepwise.estimators.registry import UnknownEstimator
 from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
     StepwiseTrainingSampleBuilder,

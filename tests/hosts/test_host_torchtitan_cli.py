@@ -175,23 +175,6 @@ def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_error
             import torchtitan.no_such_module  # noqa: F401
 
 
-@pytest.mark.parametrize(
-    "old, new",
-    [
-        ("torchtitan_verifiers", "torchtitan.verifiers"),
-        ("torchtitan_recipes", "torchtitan.config_registry"),
-    ],  # torchtitan_controller and torchtitan_main need torchtitan's GPU stack or main to import at all
-)
-def test_the_modules_old_names_warn_and_give_the_same_objects(old, new):
-    import sys
-
-    sys.modules.pop(f"verifiers_stepwise.hosts.{old}", None)  # the warning is given on import
-    with pytest.warns(DeprecationWarning, match=f"hosts.{old} is deprecated: use verifiers_stepwise.hosts.{new}"):
-        moved = importlib.import_module(f"verifiers_stepwise.hosts.{old}")
-    current = importlib.import_module(f"verifiers_stepwise.hosts.{new}")
-    assert moved.__all__ == current.__all__ and all(getattr(moved, n) is getattr(current, n) for n in current.__all__)
-
-
 _NO_RL = """
 import sys
 class Hide:

@@ -27,7 +27,7 @@ from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus
 from torchtitan.experiments.rl.types import Completion
 
-from verifiers_stepwise import ConfigError, get_estimator, score_group
+from verifiers_stepwise import ConfigError, get_estimator, score_group, write_credit
 from verifiers_stepwise.hosts.torchtitan import (
     BROADCAST_FIX,
     TURN_REWARD,
@@ -45,7 +45,7 @@ from verifiers_stepwise.hosts.torchtitan.verifiers import (
 )
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.credit import Credit, read_credit
+from verifiers_stepwise.traces.credit import Credit
 from verifiers_stepwise.traces.turns import read_turns
 
 
@@ -131,11 +131,13 @@ def run_group(rollouter, renderer, plans, sample):
     return group, episodes
 
 
-def assert_each_turns_advantage_on_its_tokens(group, episodes, samples):
+def assert_each_turns_advantage_on_its_tokens(group, episodes, samples, estimator):
     """Per token, turn by turn: the sample's trained tokens are the trace's sampled tokens and
-    carry the ``node.advantages`` that ``score_group`` wrote for them."""
+    carry the ``node.advantages`` that ``write_credit`` writes from ``score_group``'s record."""
+    records = score_group(episodes, estimator)
     for rollout, episode in zip(group.rollouts, episodes, strict=True):
         (trace,) = episode.traces
+        write_credit(trace, records[trace.id])
         mine = [s for s in samples if s.rollout_id.rollout_id == rollout.rollout_id]
         trained = [(t, a) for s in mine for t, m, a in zip(s.token_ids, s.loss_mask, s.advantage) if m]
         expected = []
@@ -170,7 +172,7 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     assert all((t.min_policy_version, t.max_policy_version) == (5, 6) for r in group.rollouts for t in r.turns)
 
     estimator = get_estimator("stepwise", scale="none")
-    assert [c.advantages for c in score_group(episodes, estimator)] == [
+    assert [c.advantages for c in score_group(episodes, estimator).values()] == [
         list(r.advantage.per_turn) for r in group.rollouts
     ]
     first_attempt, right_at_once = (group.rollouts[k].advantage.per_turn[0] for k in (0, 1))
@@ -187,7 +189,7 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
 
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert len(built.training_samples) == 3  # each trace packs into one sample
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 def test_refine_through_the_rollouter_with_gamma(renderer):
@@ -206,15 +208,15 @@ def test_refine_through_the_rollouter_with_gamma(renderer):
     assert rewards[0] == pytest.approx([1 - 9 / 391, 9 / 391]) and rewards[2] == [1.0]
     assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == rewards
     estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
-    assert [c.advantages for c in score_group(episodes, estimator)] == [
+    assert [c.advantages for c in score_group(episodes, estimator).values()] == [
         list(r.advantage.per_turn) for r in group.rollouts
     ]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 def test_the_rollouter_lays_out_each_traces_one_credit_record(renderer):
-    """The walk of a turn's reward: env → score_group's record on the trace → torchtitan turns.
+    """The walk of a turn's reward: env → score_group's record → torchtitan turns.
     Anchor states recorded on the traces reach the estimator (gigpo differs from grpo here),
     and each rollout's per-turn advantages are its record's."""
     rollouter = VerifiersRollouter.Config(
@@ -235,13 +237,13 @@ def test_the_rollouter_lays_out_each_traces_one_credit_record(renderer):
 
     rollouter.episode = with_states
     group, episodes = run_group(rollouter, renderer, plans, sample)
-    records = [read_credit(e.traces[0]) for e in episodes]
-    assert all(r is not None and r.estimator == "gigpo" and r.excluded is None for r in records)
+    records = list(score_group(episodes, "gigpo").values())
+    assert all(r.estimator == "gigpo" and r.excluded is None for r in records)
     assert [list(r.advantage.per_turn) for r in group.rollouts] == [r.advantages for r in records]
     assert [r.advantages for r in records] != get_estimator("grpo")([r.rewards for r in records])
     assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == [r.rewards for r in records]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, "gigpo")
 
 
 def test_an_excluded_or_missing_record_trains_nothing():
@@ -298,7 +300,7 @@ def test_a_trace_without_turn_rewards_and_a_rejected_compaction_attempt_is_laid_
         episodes.append(b.episode(reward=reward))
     records = score_group(episodes, "stepwise")
     laid = []
-    for episode, record in zip(episodes, records):
+    for episode, record in zip(episodes, records.values()):
         (trace,) = episode.traces
         assert [branch.trainable for branch in trace.branches] == [False, True]
         spans = sampled_spans(trace)
@@ -327,13 +329,13 @@ def test_a_turn_with_several_sampled_replies_is_one_env_turn(fork):
     group = titan_group(episodes, StepwiseAdvantage.Config(options={"gamma": 0.9}).build())
     assert [len(r.turns) for r in group.rollouts] == [3, 2, 4]  # one torchtitan turn per sampled span
     assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]
-    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9))]
+    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9)).values()]
     per_span = [list(r.advantage.per_turn) for r in group.rollouts]
     assert per_span[0] == [expected[0][0], expected[0][0], expected[0][1]]
     built = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
     samples = built.build_from_group(rollout_group=group).training_samples
     assert len(samples) == (5 if fork else 3)  # a rewritten context opens a second sample
-    assert_each_turns_advantage_on_its_tokens(group, episodes, samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, samples, get_estimator("stepwise", gamma=0.9))
 
 
 def test_a_trace_without_turn_rewards_is_scored_as_torchtitan_and_score_group_score_it():
@@ -346,7 +348,7 @@ def test_a_trace_without_turn_rewards_is_scored_as_torchtitan_and_score_group_sc
         plain.append(b.episode(reward=reward))
     group = titan_group(plain, StepwiseAdvantage.Config(options={"scale": "none"}).build())
     assert all("turn_index" not in t.env_rewards for r in group.rollouts for t in r.turns)
-    assert [c.advantages for c in score_group(plain, get_estimator("stepwise", scale="none"))] == [
+    assert [c.advantages for c in score_group(plain, get_estimator("stepwise", scale="none")).values()] == [
         list(r.advantage.per_turn) for r in group.rollouts
     ]
 
@@ -470,11 +472,11 @@ def test_the_documented_own_recipe_credits_per_token_or_refuses_without_its_buil
             builder.build_from_group(rollout_group=group)
         return
     estimator = get_estimator("stepwise", gamma=0.9, scale="none")
-    credit = [c.advantages for c in score_group(episodes, estimator)]
+    credit = [c.advantages for c in score_group(episodes, estimator).values()]
     assert credit == [list(r.advantage.per_turn) for r in group.rollouts]
     assert credit[0][0] != credit[0][1]  # the turns differ: a broadcast would be wrong
     built = builder.build_from_group(rollout_group=group)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 def test_torchtitans_builder_still_packs_its_own_and_one_turn_rollouts():
@@ -550,11 +552,11 @@ def test_the_default_env_server_is_a_verifiers_subprocess(renderer):
     group, episodes = run_group(rollouter, renderer, {0: ["400", "391"], 1: ["391"]}, sample)
     assert rollouter._server is None  # closed: the process was stopped and joined
     assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 1]
-    assert [c.advantages for c in score_group(episodes, "stepwise")] == [
+    assert [c.advantages for c in score_group(episodes, "stepwise").values()] == [
         list(r.advantage.per_turn) for r in group.rollouts
     ]
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, "stepwise")
 
 
 _STARTS_AND_EXITS = """

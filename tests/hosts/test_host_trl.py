@@ -353,7 +353,7 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
             offset += n
     # score_group on fresh copies of the group gives the same per-turn advantages
     copies = [e.model_copy(deep=True) for e in batch.episodes]
-    expected = [c.advantages for c in score_group(copies, trainer.estimator)]
+    expected = [c.advantages for c in score_group(copies, trainer.estimator).values()]
     assert [pytest.approx(a) for a in expected] == [s.credit.advantages for s in batch.samples]
     logged = trainer.state.log_history[0]
     for key in ("reward", "turn_rewards/mean", "turn_advantages/abs_mean", "turn_rewards/turn_2", "turns/mean"):

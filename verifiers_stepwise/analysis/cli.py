@@ -137,7 +137,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
     )
     adv.add_argument(
-        "--turn-rewards",
+        "--reading",
         choices=["rewards", "scores"],
         default="rewards",
         help="read trace.info['turn_rewards'] as per-turn rewards (default) or as per-turn scores, "
@@ -257,7 +257,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.stats import credit, describe, with_gamma
-    from verifiers_stepwise.estimators import ConfigError
+    from verifiers_stepwise.errors import ConfigError
 
     paths = [_traces_file(p) for p in args.traces]
     # Every setting is checked before the (possibly long) read.
@@ -280,7 +280,7 @@ def _advantages(args: argparse.Namespace) -> int:
 
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
     from verifiers_stepwise.analysis.tracefile import BadInput
-    from verifiers_stepwise.estimators.ragged import RewardError
+    from verifiers_stepwise.errors import RewardError
 
     output = None
     if not args.no_output:
@@ -370,7 +370,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:
     """``NAME``, ``NAME:field=value,...`` or ``:field=value,...`` -> (name, estimator)."""
-    from verifiers_stepwise.estimators import ConfigError
+    from verifiers_stepwise.errors import ConfigError
 
     name, _, assignments = spec.partition(":")
     fields: dict[str, Any] = {}
@@ -398,7 +398,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.turn_rewards)
+        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -427,7 +427,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
             skip_bad=args.skip_bad,
             missing=args.missing,
             progress=lambda n: progress.advance(task, n),
-            reading=args.turn_rewards,
+            reading=args.reading,
         )
 
 

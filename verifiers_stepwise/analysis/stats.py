@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, RewardError
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import ragged_discounted_returns
 
 __all__ = [

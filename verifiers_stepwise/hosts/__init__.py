@@ -21,17 +21,12 @@ its host when it is imported itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
-__all__ = ["OPTIONS_DOC", "estimator_from", "options_json", "score_turns"]
-
-OPTIONS_DOC = "Fields of the estimator's own config (e.g. gamma, baseline), validated by it; unset keeps its defaults."
-"""What every host config says of its ``options`` (the fields themselves live in one place:
-the estimator's ``Config``)."""
+__all__ = ["estimator_from", "options_json"]
 
 
 def estimator_from(config: Any) -> Estimator:
@@ -58,11 +53,3 @@ def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{flag}: must be a JSON object, got {text!r}")
     return value
-
-
-def score_turns(estimator: Estimator, groups: Sequence[Sequence[Sequence[float]]]) -> list[list[list[float]]]:
-    """Per-turn advantages ``[g][j][t]`` of per-turn rewards ``groups[g][j][t]``, all groups at once."""
-    from verifiers_stepwise.estimators.ragged import RaggedBatch
-
-    batch = RaggedBatch.from_groups(groups)
-    return batch.split(estimator.batched(batch))

@@ -55,8 +55,7 @@ from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
 from typing import Any
 
-from verifiers_stepwise.errors import ConfigError, HostMismatch
-from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
 from verifiers_stepwise.extras import TrainerDependencyMissing, install_command, requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import credit_group

@@ -131,13 +131,12 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
                     "this rollouter converted (Rollout.logs['verifiers_trace_id']); torchtitan's VerifiersRollouter "
                     "changed, update verifiers_stepwise.hosts.torchtitan.main"
                 )
-            played.append((rollout, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
-        records = iter(score_group([episode for _, episode, _ in played], self._estimator))
+            played.append((rollout, trace_id, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
+        records = score_group([episode for _, _, episode, _ in played], self._estimator)
         advantages = []
-        for rollout, episode, nodes in played:
-            (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+        for rollout, trace_id, _, nodes in played:
             where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
-            advantages.append(lay_out_credit(credit, rollout.turns, nodes, where))
+            advantages.append(lay_out_credit(records[trace_id], rollout.turns, nodes, where))
         return advantages
 
 

@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.errors import RewardError
 from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, TurnAdvantages
 from verifiers_stepwise.traces.credit import Credit
 from verifiers_stepwise.traces.turns import read_turns
@@ -63,7 +63,7 @@ def label_turns(trace: vf.Trace, turns: list[Any], nodes: list[int]) -> None:
     holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
     = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
 
-    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
+    Raises TraceError when the trace's turn data disagrees with it, and RewardError when a
     turn with a reward produced no sampled token (its reward would be lost)."""
     turns_of_trace = read_turns(trace)
     if turns_of_trace is None:

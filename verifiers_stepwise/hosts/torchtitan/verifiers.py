@@ -43,8 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
-from verifiers_stepwise.errors import ConfigError, HostMismatch
-from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
 from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
 from verifiers_stepwise.hosts.torchtitan.turns import (
@@ -343,14 +342,11 @@ class VerifiersRollouter(Rollouter):
         for rollout, output in zip(rollouts, outputs, strict=True):
             rollout.reward = output.reward
             rollout.reward_breakdown = output.reward_breakdown
-        episodes = [episode for _, episode, _ in played if episode is not None]
-        records = iter(score_group(episodes, self.advantage_estimator.estimator))
+        records = score_group([episode for _, episode, _ in played if episode], self.advantage_estimator.estimator)
         for rollout, episode, nodes in played:
-            credit = None
-            if episode is not None:  # its one trainable trace's record
-                (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+            trace_id = next((trace.id for trace in episode.traces if trace.agent.trainable), "") if episode else ""
             where = f"torchtitan rollout {group_id}/rollout={rollout.rollout_id}"
-            rollout.advantage = lay_out_credit(credit, rollout.turns, nodes, where)
+            rollout.advantage = lay_out_credit(records.get(trace_id), rollout.turns, nodes, where)
         return RolloutGroup(group_id=group_id, rollouts=rollouts)
 
     async def _rollout(
