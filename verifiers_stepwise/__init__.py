@@ -3,10 +3,10 @@
 Layers, each importing only those before it:
 
     estimators   the math: per-turn returns, baselines, estimators and their registry (numpy)
-    traces       the per-turn reward schema on verifiers v1 traces; credit written on tokens
+    traces       the per-turn reward schema on verifiers v1 traces; the credit record and its layout
     envs         StepwiseMultiTurnEnv, the refine env and the stepwise-chat harness (verifiers)
-    hosts        trainer adapters: prime-rl, torchtitan, tinker-cookbook (each imports its host)
-    analysis     the ``vf-stepwise`` command
+    analysis     the ``vf-stepwise`` command and the figures
+    hosts        trainer adapters: prime-rl, torchtitan, TRL, tinker-cookbook (each imports its host)
     testing      a scripted model server and trace builders for tests
 
 ``errors`` gives every error its boundary (docs/contributing.md) and ``plugins`` reads the entry

@@ -357,8 +357,7 @@ def _traces_file(path: Path) -> Path:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, the
     spelling the TRL host's command takes too; a field given both ways is refused."""
-    from verifiers_stepwise.analysis.flags import config_values
-    from verifiers_stepwise.hosts import options_json
+    from verifiers_stepwise.analysis.flags import config_values, options_json
 
     flags = config_values(args)
     given = options_json(args.options) if args.options is not None else {}

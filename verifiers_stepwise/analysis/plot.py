@@ -1,14 +1,22 @@
-"""Per-turn-index distributions of returns and advantages, one column per estimator config.
+"""The figures: credit per turn index (``vf-stepwise --plot``) and a training run's reward curve.
 
-Each panel is a box plot per turn index (box: quartiles, whiskers: 5th to 95th percentile,
-outliers not drawn) with the means joined by a line, so a drift of the mean advantage across
-turn indices, the positional bias of a baseline, shows at a glance. Configs share the y axis of
-each row. Rendered with matplotlib's Agg canvas (no display, no pyplot state).
+``plot_credit``: per-turn-index distributions of returns and advantages, one column per
+estimator config. Each panel is a box plot per turn index (box: quartiles, whiskers: 5th to
+95th percentile, outliers not drawn) with the means joined by a line, so a drift of the mean
+advantage across turn indices, the positional bias of a baseline, shows at a glance. Configs
+share the y axis of each row.
+
+``plot_reward_curve``: a trainer's log history (TRL's ``log_history``) as episode reward and
+mean turn reward per step, with their trailing means, and the evaluation's reward.
+
+Both render with matplotlib's Agg canvas (no display, no pyplot state); matplotlib comes with
+the ``plot`` extra (and the ``trl`` extra).
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +25,10 @@ from verifiers_stepwise.analysis.stats import Credit
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 
-with requires("vf-stepwise --plot", "matplotlib", extra="plot"):
+with requires("verifiers_stepwise.analysis.plot", "matplotlib", extra="plot"):
     from matplotlib.figure import Figure
 
-__all__ = ["plot_credit"]
+__all__ = ["SMOOTHING", "plot_credit", "plot_reward_curve"]
 
 
 def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
@@ -64,3 +72,37 @@ def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
         axes[1][column].set_xlabel("turn index")
     fig.suptitle(f"{batch.n_trajectories:,} trajectories in {batch.n_groups:,} groups", fontsize="medium")
     fig.savefig(path, dpi=110)
+
+
+SMOOTHING = 5
+"""Steps in the reward curve's trailing mean."""
+
+
+def plot_reward_curve(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
+    """Episode reward and per-turn reward (mean per step) against the training step, and the
+    evaluation's episode reward where the trainer evaluated (at step 0 with TRL's
+    ``--eval_on_start true``: the untrained model). Returns ``path``."""
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [entry for entry in log_history if "reward" in entry]
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    axis = fig.subplots()
+    for key, label in (("reward", "episode reward"), ("turn_rewards/mean", "turn reward (mean)")):
+        points = [(entry["step"], entry[key]) for entry in steps if key in entry]
+        if points:
+            x, y = zip(*points)
+            (line,) = axis.plot(x, y, marker="o", markersize=3, alpha=0.45, label=label)
+            # A step's few episodes make a noisy point; the trailing mean shows the trend.
+            trailing = [np.mean(y[max(0, k - SMOOTHING + 1) : k + 1]) for k in range(len(y))]
+            axis.plot(x, trailing, color=line.get_color(), label=f"{label}, mean of last {SMOOTHING} steps")
+    held_out = [(entry["step"], entry["eval_reward"]) for entry in log_history if "eval_reward" in entry]
+    if held_out:
+        axis.plot(*zip(*held_out), color="black", marker="s", linestyle="--", label="evaluation episode reward")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_xlabel("step")
+    axis.set_ylabel("reward")
+    axis.set_title(title)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path

@@ -21,7 +21,7 @@ on the trace. Two servers use it:
 
 - :class:`TokenEndpoint` here: in the running event loop, each request awaited on its own
   (torchtitan's async generator, ``hosts.torchtitan.verifiers``; HTTP 503 on failure);
-- ``hosts.trl.endpoint.BatchingTokenEndpoint``: its own thread, the waiting requests batched for a
+- ``hosts.trl.inference.endpoint.BatchingTokenEndpoint``: its own thread, the waiting requests batched for a
   local model (TRL; HTTP 500 on failure).
 """
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.traces.credit import Credit, lay_out, score_group
+from verifiers_stepwise.traces.turns import Reading
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -55,12 +56,13 @@ class EpisodeSample:
 
 
 def score_groups(
-    groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int
+    groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int, reading: Reading = "rewards"
 ) -> list[EpisodeSample]:
-    """Score each group with ``estimator`` and lay every episode out, groups in order."""
+    """Credit each group with ``estimator`` (``score_group``, ``reading`` as it takes it) and lay
+    every episode out on its tokens, groups in order."""
     samples: list[EpisodeSample] = []
     for episodes in groups:
-        records = score_group(episodes, estimator)
+        records = score_group(episodes, estimator, reading=reading)
         samples += [episode_sample(episode, records, pad_token_id) for episode in episodes]
     return samples
 
