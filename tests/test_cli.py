@@ -25,6 +25,7 @@ from verifiers_stepwise.analysis import report as report_module
 from verifiers_stepwise.analysis.cli import main
 from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
 from verifiers_stepwise.estimators.returns import discounted_returns
+from verifiers_stepwise.estimators.stepwise import Stepwise
 from verifiers_stepwise.testing.trace_files import make_episode, write_episodes, write_large_traces
 from verifiers_stepwise.traces.credit import score_group
 from verifiers_stepwise.traces.turns import read_turns
@@ -66,14 +67,17 @@ def library_groups(episodes: list[vf.Episode]) -> dict[str, list[vf.Episode]]:
 
 
 def per_turn_reference(groups: list[list[list[float]]], estimator) -> list[dict]:
-    """Per-turn-index statistics in plain Python from the library's per-group results."""
-    gamma = getattr(estimator.config, "gamma", 1.0)
-    aggregation = getattr(estimator.config, "aggregation", "sum")
+    """Per-turn-index statistics in plain Python from the library's per-group results; the
+    returns those of ``stepwise`` (the one estimator built on them), None for the others."""
+    stepwise = isinstance(estimator, Stepwise)
     by_turn: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
     for group in groups:
         for rewards, advantages in zip(group, estimator(group)):
-            for t, (r, R, a) in enumerate(zip(rewards, discounted_returns(rewards, gamma, aggregation), advantages)):
-                by_turn[t].append((r, R, a))
+            returns = (
+                discounted_returns(rewards, estimator.config.gamma, estimator.config.aggregation) if stepwise else None
+            )
+            for t, (r, a) in enumerate(zip(rewards, advantages)):
+                by_turn[t].append((r, returns[t] if returns else None, a))
     rows = []
     for t in sorted(by_turn):
         r, R, a = (list(column) for column in zip(*by_turn[t]))
@@ -83,7 +87,7 @@ def per_turn_reference(groups: list[list[list[float]]], estimator) -> list[dict]
                 "turn": t,
                 "count": len(a),
                 "mean_reward": sum(r) / len(r),
-                "mean_return": sum(R) / len(R),
+                "mean_return": sum(R) / len(R) if stepwise else None,
                 "advantage_mean": mean,
                 "advantage_std": math.sqrt(sum((x - mean) ** 2 for x in a) / len(a)),
                 "advantage_min": min(a),
@@ -97,7 +101,10 @@ def assert_rows_close(actual: list[dict], expected: list[dict]) -> None:
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected):
         for key, value in want.items():
-            assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), (got["turn"], key)
+            assert got[key] == (None if value is None else pytest.approx(value, rel=1e-12, abs=1e-12)), (
+                got["turn"],
+                key,
+            )
 
 
 # -- grouping -----------------------------------------------------------------------------
@@ -247,7 +254,7 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
         "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
     ]
     assert_rows_close(report["estimators"][1]["turns"], per_turn_reference(groups, compare))
-    assert [e["returns"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
+    assert [e["config"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
     for entry, gamma in zip(report["sweep"], (0.0, 0.5, 1.0)):
         assert_rows_close(entry["turns"], per_turn_reference(groups, get_estimator("stepwise", gamma=gamma)))
 
@@ -314,7 +321,9 @@ def test_compare_prints_both_configs_side_by_side(tmp_path, capsys, monkeypatch,
     assert printed == expected  # every statistic once, main beside compare, in order
 
 
-def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, capsys):
+def test_compare_another_estimator_and_grpo_shows_no_returns(tmp_path, capsys):
+    """Returns are the estimator's own: grpo is not built on per-turn returns, so it has none
+    (they were once recomputed with a guessed gamma of 1)."""
     episodes = rollouts(tasks=2, per_task=3, seed=1)
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, out, err = run(
@@ -332,7 +341,7 @@ def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, c
     )
     assert code == 0, err
     grpo, stepwise = json.loads(out)["estimators"]
-    assert grpo["returns"] == {"gamma": 1.0, "aggregation": "sum"}
+    assert {row["mean_return"] for row in grpo["turns"]} == {None}
     assert stepwise["config"]["baseline"] == "trajectory" and stepwise["config"]["gamma"] == 1.0
     groups = [[e.traces[0].info["turn_rewards"] for e in g] for g in library_groups(episodes).values()]
     assert_rows_close(grpo["turns"], per_turn_reference(groups, get_estimator("grpo", scale="none")))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, RewardError
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
@@ -256,66 +256,77 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _advantages(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.analysis.stats import credit, describe, with_gamma
-    from verifiers_stepwise.errors import ConfigError
+    from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
+    from verifiers_stepwise.analysis.tracefile import BadInput
 
     paths = [_traces_file(p) for p in args.traces]
-    # Every setting is checked before the (possibly long) read.
+    main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
+    plot_credit = _plotter() if args.plot is not None else None
+    output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
+    for path in (output, args.plot):
+        if path is not None:
+            _check_output(path, paths)
+    try:
+        collected = _read(paths, args)
+    except BadInput as e:
+        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
+    if not collected.lengths:
+        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+    grouped = collected.grouped()
+    configs = [_config(args.estimator, main_estimator, grouped.batch)]
+    if compare is not None:
+        configs.append(_config(*compare, grouped.batch))
+    sweep = [_config(args.estimator, estimator, grouped.batch) for estimator in sweep_estimators]
+    if output is not None:
+        write_turn_rows(output, collected, grouped, configs)
+    if plot_credit is not None:
+        plot_credit(args.plot, grouped.batch, configs)
+    report = summary(collected, grouped, configs, sweep, output, args.plot)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        render(_console(), report)
+    return 0
+
+
+def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimator] | None, list[Estimator]]:
+    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked."""
+    from verifiers_stepwise.analysis.stats import with_gamma
+
     try:
         main_estimator = args.estimator_class(**_options(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
     except ConfigError as e:
         raise CommandError(str(e)) from None
     try:
-        sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
+        return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
-    if args.plot is not None:
-        from verifiers_stepwise.extras import MissingExtra
 
-        try:
-            from verifiers_stepwise.analysis.plot import plot_credit
-        except MissingExtra as e:
-            raise CommandError(str(e)) from None
 
-    from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
-    from verifiers_stepwise.analysis.tracefile import BadInput
-    from verifiers_stepwise.errors import RewardError
-
-    output = None
-    if not args.no_output:
-        output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-        _check_output(output, paths)
-    if args.plot is not None:
-        _check_output(args.plot, paths)
+def _plotter() -> Any:
+    """``analysis.plot.plot_credit``, or the error naming the extra it needs, before the read."""
+    from verifiers_stepwise.extras import MissingExtra
 
     try:
-        collected = _read(paths, args)
-    except BadInput as e:
-        hint = "(--skip-bad skips bad lines and traces and counts them)"
-        raise CommandError(f"{e}\n{hint}") from None
-    if not collected.lengths:
-        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
-    grouped = collected.grouped()
-    batch = grouped.batch
-    try:  # e.g. returns that overflow float64
-        credits = [credit(describe(args.estimator, main_estimator), main_estimator, batch)]
-        if compare is not None:
-            credits.append(credit(describe(*compare), compare[1], batch))
-        sweep = [credit(describe(args.estimator, e), e, batch) for e in sweep_estimators]
-    except RewardError as e:
+        from verifiers_stepwise.analysis.plot import plot_credit
+    except MissingExtra as e:
         raise CommandError(str(e)) from None
+    return plot_credit
 
-    if output is not None:
-        write_turn_rows(output, collected, grouped, credits)
-    if args.plot is not None:
-        plot_credit(args.plot, batch, credits)
-    report = summary(collected, grouped, credits, sweep, output, args.plot)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        render(_console(), report)
-    return 0
+
+def _config(name: str, estimator: Estimator, batch: Any) -> Any:
+    """One config on the batch: the estimator's own estimate, checked as every credit record's
+    is (``traces.credit.checked_estimate``: one finite advantage per turn)."""
+    from verifiers_stepwise.analysis.report import Config
+    from verifiers_stepwise.analysis.stats import describe
+    from verifiers_stepwise.traces.credit import checked_estimate
+
+    label = describe(name, estimator)
+    try:
+        return Config(label, estimator, checked_estimate(estimator, batch, label))
+    except RewardError as e:  # e.g. returns that overflow float64
+        raise CommandError(str(e)) from None
 
 
 def _check_output(output: Path, inputs: list[Path]) -> None:
@@ -369,8 +380,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:
     """``NAME``, ``NAME:field=value,...`` or ``:field=value,...`` -> (name, estimator)."""
-    from verifiers_stepwise.errors import ConfigError
-
     name, _, assignments = spec.partition(":")
     fields: dict[str, Any] = {}
     if not name:

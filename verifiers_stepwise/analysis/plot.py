@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers_stepwise.analysis.stats import Credit
+from verifiers_stepwise.analysis.report import Config
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 
@@ -31,8 +31,9 @@ with requires("verifiers_stepwise.analysis.plot", "matplotlib", extra="plot"):
 __all__ = ["SMOOTHING", "plot_credit", "plot_reward_curve"]
 
 
-def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
-    """Write a PNG (or any format matplotlib infers from the suffix) to ``path``."""
+def plot_credit(path: Path, batch: RaggedBatch, configs: Sequence[Config]) -> None:
+    """Write a PNG (or any format matplotlib infers from the suffix) to ``path``; a config
+    without returns (an estimator not built on them) leaves its returns panel empty."""
     index = batch.turn_index
     n_index = int(batch.lengths.max())
     order = np.argsort(index, kind="stable")
@@ -41,15 +42,18 @@ def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
     positions = np.arange(n_index)
     labels = [f"{t}\nn={n:,}" for t, n in zip(positions, counts)]
 
-    fig = Figure(figsize=(1.0 + 5.0 * len(credits), 7.5), layout="constrained")
-    axes = fig.subplots(2, len(credits), sharex=True, sharey="row", squeeze=False)
-    for column, credit in enumerate(credits):
+    fig = Figure(figsize=(1.0 + 5.0 * len(configs), 7.5), layout="constrained")
+    axes = fig.subplots(2, len(configs), sharex=True, sharey="row", squeeze=False)
+    for column, config in enumerate(configs):
         rows = (
-            (credit.returns, f"return R_t (γ={credit.gamma:g}, {credit.aggregation})", "tab:blue"),
-            (credit.advantages, "advantage A_t", "tab:red"),
+            (config.estimate.returns, "return R_t", "tab:blue"),
+            (config.estimate.advantages, "advantage A_t", "tab:red"),
         )
         for row, (values, name, color) in enumerate(rows):
             ax = axes[row][column]
+            if values is None:
+                ax.text(0.5, 0.5, "no per-turn returns", ha="center", transform=ax.transAxes)
+                continue
             per_turn = np.split(values[order], cuts)
             ax.boxplot(
                 per_turn,
@@ -67,7 +71,7 @@ def plot_credit(path: Path, batch: RaggedBatch, credits: list[Credit]) -> None:
             ax.set_ylabel(name)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(loc="best", fontsize="small")
-        axes[0][column].set_title(textwrap.fill(credit.label, 55), fontsize="medium")
+        axes[0][column].set_title(textwrap.fill(config.label, 55), fontsize="medium")
         axes[1][column].set_xticks(positions, labels)
         axes[1][column].set_xlabel("turn index")
     fig.suptitle(f"{batch.n_trajectories:,} trajectories in {batch.n_groups:,} groups", fontsize="medium")

@@ -214,7 +214,7 @@ def checked_estimate(estimator: Estimator, batch: RaggedBatch, label: str) -> Es
     finite = np.isfinite(advantages)
     if not finite.all():
         i = int(np.argmin(finite))
-        raise RewardError(f"{label}: {batch.where(i)}: advantage {float(advantages[i])!r} is not finite")
+        raise RewardError(f"{label}: advantage {float(advantages[i])!r} of {batch.where(i)} is not finite")
     return Estimate(estimate.returns, advantages)
 
 
