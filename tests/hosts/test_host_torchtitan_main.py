@@ -35,7 +35,13 @@ from torchtitan.experiments.rl.renderer import RendererConfig
 from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens, planned_completion
 from tests.hosts.torchtitan_main import REQUIRE_VAR, child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
-from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
+from verifiers_stepwise.hosts.torchtitan import (
+    TURN_REWARD,
+    StepwiseTrainingSampleBuilder,
+    check_cli_flags,
+    env_config,
+    turn_advantages,
+)
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
 from verifiers_stepwise.traces.turns import read_turns
 
@@ -181,7 +187,7 @@ def test_dapo_math_refine_through_mains_rollouter(tokenizer_path, spawned_env_se
 
     estimator = get_estimator("stepwise", scale="none")
     expected = [c.advantages for c in score_group(episodes, estimator).values()]
-    assert [list(r.advantage.per_turn) for r in group.rollouts] == expected
+    assert [turn_advantages(r) for r in group.rollouts] == expected
     assert expected[0][0] < expected[1][0]  # the wrong first attempt gets less than right at once
 
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
@@ -202,7 +208,7 @@ def test_refine_through_mains_rollouter_with_gamma(tokenizer_path, spawned_env_s
     assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 3, 1]
     estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
     expected = [c.advantages for c in score_group(episodes, estimator).values()]
-    assert [list(r.advantage.per_turn) for r in group.rollouts] == expected
+    assert [turn_advantages(r) for r in group.rollouts] == expected
     built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
     assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
@@ -247,7 +253,7 @@ def test_tool_call_turns_and_forks_through_mains_conversion(fork):
     assert [len(r.turns) for r in rollouts] == [3, 2, 4]  # main: one turn per sampled span
     assert rollouts[0].turns[0].env_messages  # main's conversion keeps the tool result
     expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9)).values()]
-    assert [list(r.advantage.per_turn) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
+    assert [turn_advantages(r) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
     builder = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
     samples = builder.build_from_group(rollout_group=group).training_samples
     assert len(samples) == (5 if fork else 3)
@@ -266,7 +272,7 @@ def test_mains_rollouter_lays_out_each_traces_one_credit_record():
     group = mains_group(episodes, estimator="gigpo")
     records = list(score_group(episodes, "gigpo").values())
     assert all(r.estimator == "gigpo" for r in records)
-    per_span = [list(r.advantage.per_turn) for r in group.rollouts]
+    per_span = [turn_advantages(r) for r in group.rollouts]
     assert per_span[0] == [records[0].advantages[0], records[0].advantages[0], records[0].advantages[1]]
     assert [r.advantages for r in records] != get_estimator("grpo")([r.rewards for r in records])
     assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]

@@ -184,41 +184,44 @@ def _estimator_class(name: str) -> type[Estimator]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.analysis.flags import field_description, type_name
     from verifiers_stepwise.envs.bundles import available_environments
-    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators, estimator_class
+    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators
 
     try:
         names = available_estimators()
         environments = available_environments()
     except EntryPointConflict as e:
         raise CommandError(str(e)) from None
-    estimators: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            cls = estimator_class(name)
-        except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
-            estimators.append({"name": name, "error": f"{type(e).__name__}: {e}"})
-            continue
-        estimators.append(
-            {
-                "name": name,
-                "class": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": [
-                    {
-                        "name": field,
-                        "type": type_name(info.annotation),
-                        "default": info.get_default(call_default_factory=True),
-                        "description": field_description(info),
-                    }
-                    for field, info in cls.Config.model_fields.items()
-                ],
-            }
-        )
+    estimators = [_estimator_entry(name) for name in names]
     if args.json:
         print(json.dumps({"estimators": estimators, "environments": environments}, indent=2, default=repr))
-        return 0
+    else:
+        _print_list(estimators, environments)
+    return 0
 
+
+def _estimator_entry(name: str) -> dict[str, Any]:
+    """An installed estimator's class and config fields, or why it failed to load."""
+    from verifiers_stepwise.analysis.flags import field_description, type_name
+    from verifiers_stepwise.estimators.registry import estimator_class
+
+    try:
+        cls = estimator_class(name)
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
+        return {"name": name, "error": f"{type(e).__name__}: {e}"}
+    fields = [
+        {
+            "name": field,
+            "type": type_name(info.annotation),
+            "default": info.get_default(call_default_factory=True),
+            "description": field_description(info),
+        }
+        for field, info in cls.Config.model_fields.items()
+    ]
+    return {"name": name, "class": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
+
+
+def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) -> None:
     from rich.table import Table
 
     console = _console()
@@ -227,29 +230,23 @@ def _list(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for entry in estimators:
         if "error" in entry:
-            failed = f"[red]failed to load: {entry['error']}[/]"
-            table.add_row(entry["name"], failed, "", "", "", "")
+            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]", "", "", "", "")
             continue
         for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "", "description": ""}]):
-            table.add_row(
-                entry["name"] if i == 0 else "",
-                entry["class"] if i == 0 else "",
-                f["name"],
-                f["type"],
-                repr(f["default"]) if f["name"] else "",
-                f["description"],
-            )
+            first = i == 0
+            default = repr(f["default"]) if f["name"] else ""
+            table.add_row(entry["name"] if first else "", entry["class"] if first else "", f["name"], f["type"],
+                          default, f["description"])  # fmt: skip
     console.print(table)
+    if not environments:
+        console.print("no environment bundles installed (entry-point group verifiers.environments)")
+        return
     envs = Table(title="environment bundles (verifiers.environments)", title_justify="left")
     envs.add_column("vf-eval ID")
     envs.add_column("module")
     for env_id, module in environments.items():
         envs.add_row(env_id, module)
-    if environments:
-        console.print(envs)
-    else:
-        console.print("no environment bundles installed (entry-point group verifiers.environments)")
-    return 0
+    console.print(envs)
 
 
 # -- vf-stepwise advantages ---------------------------------------------------------------

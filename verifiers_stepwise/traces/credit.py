@@ -136,19 +136,7 @@ def score_group(
     elif not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")
     label = estimator.name or type(estimator).__name__
-    order: list[str] = []
-    records: dict[str, Credit] = {}
-    scored: list[tuple[Trace, TraceTurns, Reading | Literal["final_turn"]]] = []
-    for episode in episodes:
-        for trace in episode.traces:
-            if not trace.agent.trainable:
-                continue
-            order.append(trace.id)
-            reason = exclusion_reason(episode, trace)
-            if reason is None:
-                scored.append((trace, *scored_turns(trace, missing, reading)))
-            else:
-                records[trace.id] = _excluded(trace, label, reason, reading)
+    order, records, scored = _sort_traces(episodes, label, missing, reading)
     if scored:
         made = credit_group(
             [turns.rewards for _, turns, _ in scored],
@@ -160,6 +148,27 @@ def score_group(
         )
         records.update((trace.id, credit) for (trace, _, _), credit in zip(scored, made))
     return {trace_id: records[trace_id] for trace_id in order}
+
+
+def _sort_traces(
+    episodes: Sequence[Episode], label: str, missing: Missing, reading: Reading
+) -> tuple[list[str], dict[str, Credit], list[tuple[Trace, TraceTurns, Reading | Literal["final_turn"]]]]:
+    """The group's trainable traces in order, the records of those it excludes, and the turns
+    of those it scores."""
+    order: list[str] = []
+    excluded: dict[str, Credit] = {}
+    scored: list[tuple[Trace, TraceTurns, Reading | Literal["final_turn"]]] = []
+    for episode in episodes:
+        for trace in episode.traces:
+            if not trace.agent.trainable:
+                continue
+            order.append(trace.id)
+            reason = exclusion_reason(episode, trace)
+            if reason is None:
+                scored.append((trace, *scored_turns(trace, missing, reading)))
+            else:
+                excluded[trace.id] = _excluded(trace, label, reason, reading)
+    return order, excluded, scored
 
 
 def credit_group(

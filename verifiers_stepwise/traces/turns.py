@@ -126,6 +126,21 @@ def read_turns(trace: Trace, reading: Reading = "rewards") -> TraceTurns | None:
     The result is read-only: its ``nodes`` may be the very lists held in ``trace.info``.
     """
     info = trace.info or {}
+    raw = _recorded_rewards(trace, info, reading)
+    if raw is None or (type(raw) is list and not raw):
+        return None  # nothing recorded, or no turn was scored
+    # Trainers read every trace every step, so the usual case is checked first with a few
+    # C-level builtins; anything else goes through the checks that name what is wrong.
+    # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
+    if type(raw) is list and set(map(type, raw)) == {float} and math.isfinite(sum(raw)):
+        rewards = raw[:]
+    else:
+        rewards = _rewards(trace, raw)
+    return TraceTurns(rewards, _recorded_nodes(trace, info.get(TURN_NODES, _ABSENT), len(rewards)))
+
+
+def _recorded_rewards(trace: Trace, info: dict, reading: Reading) -> Any:
+    """The trace's per-turn rewards as recorded (scores differenced), unchecked; None without."""
     raw_rewards = info.get(TURN_REWARDS, _ABSENT)
     raw_scores = info.get(TURN_SCORES, _ABSENT)
     if raw_scores is not _ABSENT:
@@ -134,41 +149,36 @@ def read_turns(trace: Trace, reading: Reading = "rewards") -> TraceTurns | None:
                 f"trace {trace.id}: both {TURN_REWARDS} and {TURN_SCORES} in trace.info; record one "
                 f"(rewards, or scores read by differences)"
             )
-        raw_rewards = score_differences(_scores(trace, raw_scores, TURN_SCORES))
-    elif raw_rewards is _ABSENT:
+        return score_differences(_scores(trace, raw_scores, TURN_SCORES))
+    if raw_rewards is _ABSENT:
         return None
-    elif reading == "scores":
-        raw_rewards = score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
-    elif reading != "rewards":
+    if reading == "scores":
+        return score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
+    if reading != "rewards":
         raise ConfigError(f"reading must be 'rewards' or 'scores', got {reading!r}")
-    if type(raw_rewards) is list and not raw_rewards:
-        return None  # no turn was scored
-    # Trainers read every trace every step, so the usual case is checked first with a few
-    # C-level builtins; anything else goes through the checks that name what is wrong.
-    # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
-    if type(raw_rewards) is list and set(map(type, raw_rewards)) == {float} and math.isfinite(sum(raw_rewards)):
-        rewards = raw_rewards[:]
-    else:
-        rewards = _rewards(trace, raw_rewards)
+    return raw_rewards
+
+
+def _recorded_nodes(trace: Trace, raw_nodes: Any, n_turns: int) -> list[list[int]]:
+    """Each turn's sampled nodes: ``turn_nodes`` checked, or without it one sampled node a turn."""
     sampled = sampled_nodes(trace)
-    raw_nodes = info.get(TURN_NODES, _ABSENT)
     if raw_nodes is _ABSENT:
-        if len(rewards) != len(sampled):
+        if n_turns != len(sampled):
             raise TraceError(
-                f"trace {trace.id}: {len(rewards)} turn_rewards but {len(sampled)} sampled "
+                f"trace {trace.id}: {n_turns} turn_rewards but {len(sampled)} sampled "
                 f"nodes, and no turn_nodes to say which node belongs to which turn"
             )
-        return TraceTurns(rewards, [[i] for i in sampled])
+        return [[i] for i in sampled]
     # Non-empty lists of ints that, read in order, are exactly the sampled nodes meet every
     # rule of _turn_nodes (sum(raw_nodes, []) fails unless every turn is a list).
-    if type(raw_nodes) is list and len(raw_nodes) == len(rewards) and all(raw_nodes):
+    if type(raw_nodes) is list and len(raw_nodes) == n_turns and all(raw_nodes):
         try:
             listed: list | None = sum(raw_nodes, [])
         except TypeError:
             listed = None
         if listed == sampled and set(map(type, listed)) == {int}:
-            return TraceTurns(rewards, raw_nodes)
-    return TraceTurns(rewards, _turn_nodes(trace, raw_nodes, len(rewards), sampled))
+            return raw_nodes
+    return _turn_nodes(trace, raw_nodes, n_turns, sampled)
 
 
 def sampled_nodes(trace: Trace) -> list[int]:

@@ -46,13 +46,7 @@ from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
 from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
 from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
-from verifiers_stepwise.hosts.torchtitan.turns import (
-    Span,
-    label_rollout_turns,
-    label_turns,
-    lay_out_credit,
-    sampled_spans,
-)
+from verifiers_stepwise.hosts.torchtitan.turns import Span, lay_out_credit, sampled_spans
 from verifiers_stepwise.traces.credit import score_group
 
 if RL_PACKAGE != "torchtitan.experiments.rl":
@@ -79,15 +73,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTE_HEADER",
-    "Span",
     "VERIFIERS_REWARD",
     "VerifiersReward",
     "VerifiersRollouter",
     "VerifiersTasks",
-    "label_rollout_turns",
-    "label_turns",
-    "env_config",
-    "sampled_spans",
     "trace_to_turns",
 ]
 
@@ -455,17 +444,11 @@ def trace_to_turns(
     group_id: int,
     rollout_id: int,
     versions: tuple[int | None, int | None] = (None, None),
-    per_turn: bool = True,
 ) -> list[RolloutTurn]:
     """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, the trace
-    reward on the last one, and (unless ``per_turn`` is False) labelled with the trace's turn
-    rewards by ``label_turns``, for ``StepwiseAdvantage`` to read back: the path of a rollouter
-    of one's own. ``VerifiersRollouter`` credits its rollouts from the credit record instead."""
-    spans = sampled_spans(trace)
-    out = _turns(trace, spans, group_id=group_id, rollout_id=rollout_id, versions=versions)
-    if per_turn:
-        label_turns(trace, out, [span.node for span in spans])
-    return out
+    reward on the last one (``env_rewards["verifiers_reward"]``). Credit them as
+    ``VerifiersRollouter`` does: ``score_group`` on the group, then ``turns.lay_out_credit``."""
+    return _turns(trace, sampled_spans(trace), group_id=group_id, rollout_id=rollout_id, versions=versions)
 
 
 def _turns(
