@@ -25,7 +25,7 @@ from verifiers_stepwise.analysis.report import Config
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 
-with requires("verifiers_stepwise.analysis.plot", "matplotlib", extra="plot"):
+with requires("vf-stepwise --plot (and the TRL command's reward curve)", "matplotlib", extra="plot"):
     from matplotlib.figure import Figure
 
 __all__ = ["SMOOTHING", "plot_credit", "plot_reward_curve"]
