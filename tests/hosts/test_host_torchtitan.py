@@ -31,7 +31,6 @@ from verifiers_stepwise import ConfigError, RewardError, get_estimator
 from verifiers_stepwise.estimators.registry import UnknownEstimator
 from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
-    StepwiseTrainingSampleBuilder,
     env_turns,
     turn_advantages,
 )
@@ -39,6 +38,7 @@ from verifiers_stepwise.hosts.torchtitan.config_registry import (
     StepwiseDapoMathEnv,
     StepwiseDapoMathRollouter,
 )
+from verifiers_stepwise.hosts.torchtitan.release import StepwiseTrainingSampleBuilder
 
 COMPLETION = 1_000_000  # completion token of turn t: COMPLETION + 1000 * t + k
 

@@ -31,12 +31,12 @@ from verifiers_stepwise import ConfigError, RewardError, get_estimator, score_gr
 from verifiers_stepwise.hosts.torchtitan import (
     TURN_REWARD,
     StepwiseAdvantage,
-    StepwiseTrainingSampleBuilder,
     check_credit,
     env_config,
     stepwise_advantage,
     turn_advantages,
 )
+from verifiers_stepwise.hosts.torchtitan.release import StepwiseTrainingSampleBuilder
 from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit, sampled_spans
 from verifiers_stepwise.hosts.torchtitan.verifiers import VERIFIERS_REWARD, VerifiersRollouter, trace_to_turns
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
@@ -174,7 +174,12 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     first_attempt, right_at_once = (group.rollouts[k].advantage for k in (0, 1))
     assert first_attempt < right_at_once  # the wrong first answer gets less than answering right at once
 
-    # PR #4356's view of the same episodes: only the last turn has a reward (the trace's)
+    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    assert len(built.training_samples) == 3  # each trace packs into one sample
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
+
+    # PR #4356's view of the same episodes (StepwiseAdvantage rewrites the turns' advantages, so
+    # after the samples): only the last turn has a reward (the trace's)
     for rollout in group.rollouts:
         for turn in rollout.turns:
             del turn.env_rewards[TURN_REWARD], turn.env_rewards["turn_index"], turn.env_rewards["turn_advantage"]
@@ -182,10 +187,6 @@ def test_dapo_math_refine_through_the_rollouter(renderer):
     last_turn_only = StepwiseAdvantage.Config(options={"scale": "none"}).build()(group)
     # ... which would credit the wrong first answer exactly like the right one
     assert last_turn_only[0] == last_turn_only[1] > 0
-
-    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
-    assert len(built.training_samples) == 3  # each trace packs into one sample
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 def test_refine_through_the_rollouter_with_gamma(renderer):

@@ -1,14 +1,18 @@
 """torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
 advantage on its own tokens.
 
-    (this module)     StepwiseAdvantage and StepwiseTrainingSampleBuilder, for any torchtitan env
+    (this module)     what serves both layouts: StepwiseAdvantage, the per-turn builder's logic
+                      (StepwiseSamples), the config-time checks (stepwise_controller); imports
+                      torchtitan.config only
+    release           torchtitan 0.3.0's layout (torchtitan.experiments.rl): its
+                      StepwiseTrainingSampleBuilder
     verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
-    main              StepwiseVerifiersRollouter: the same credit for torchtitan main's own
-                      Verifiers rollouter (PR #4356), and main's recipe
+    config_registry   0.3.0's recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
+    main              torchtitan main's layout (torchtitan.rl): its StepwiseTrainingSampleBuilder,
+                      StepwiseVerifiersRollouter (per-turn credit for main's own Verifiers
+                      rollouter, PR #4356) and main's recipe
     turns             which verifiers turn each torchtitan turn belongs to, and the credit record
                       laid out on them (both Verifiers rollouters)
-    config_registry   the recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
-    controller        torchtitan's controller config, checked for a stepwise advantage's builder
 
 Shapes translated (checked against torchtitan 0.3.0 from PyPI), for a native torchtitan env:
 
@@ -32,7 +36,8 @@ Two ``Configurable`` components, both needed:
 - ``StepwiseAdvantage`` goes in ``Rollouter.Config.advantage``. torchtitan wants one float per
   rollout (``Rollout.advantage``, "TODO: make it per token" in 0.3.0); each turn's advantage goes
   on the turn, ``env_rewards["turn_advantage"]``, the per-turn slot torchtitan's rollout has.
-- ``StepwiseTrainingSampleBuilder`` goes in ``AsyncLoopConfig.training_sample_builder``. It
+- ``StepwiseTrainingSampleBuilder`` (``release``'s or ``main``'s, by layout) goes in
+  ``AsyncLoopConfig.training_sample_builder``. It
   lets torchtitan pack the samples, then lays each turn's advantage on its completion tokens.
   Its ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
   signal) but tests per-turn credit instead of final rewards: a group is dropped only when
@@ -40,8 +45,8 @@ Two ``Configurable`` components, both needed:
   rewards whose turns still differ is trained.
 
 torchtitan's own builder would put ``Rollout.advantage`` (turn 0's) on every token of a rollout;
-the pairing is checked when the config is built, ``check_credit`` in ``StepwiseController.Config``
-(the recipes return one; wrap a config of your own with ``controller.stepwise_controller``).
+the pairing is checked when the config is built (``check_credit``), in the config
+``stepwise_controller`` returns (the recipes return one; wrap a config of your own with it).
 
 With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
 ``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
@@ -53,10 +58,10 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
-from verifiers_stepwise.extras import TrainerDependencyMissing, install_command, requires
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import credit_group, lay_out
 
@@ -80,54 +85,28 @@ def requires_torchtitan(feature: str, *modules: str) -> AbstractContextManager[N
     )
 
 
-RL_PACKAGES = ("torchtitan.experiments.rl", "torchtitan.rl")
-"""Where torchtitan's RL package is: 0.3.0 (the newest release), then main (moved after 0.3.0)."""
-
 with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
     from torchtitan.config import Configurable
 
-    try:  # torchtitan 0.3.0
-        from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-        from torchtitan.experiments.rl.observability import metrics as m
-        from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-        from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-
-        RL_PACKAGE = RL_PACKAGES[0]
-    except ModuleNotFoundError as error:
-        if error.name not in ("torchtitan.experiments", RL_PACKAGES[0]):
-            raise  # 0.3.0's RL package is there but misses something: name that, not the layout
-        try:  # torchtitan main
-            from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
-            from torchtitan.rl.observability import metrics as m
-            from torchtitan.rl.rollout.types import Rollout, RolloutGroup
-            from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
-        except ModuleNotFoundError as on_main:
-            if on_main.name != RL_PACKAGES[1]:
-                raise
-            raise TrainerDependencyMissing(
-                f"verifiers_stepwise.hosts.torchtitan needs torchtitan's RL package, at {RL_PACKAGES[0]} "
-                f"(torchtitan 0.3.0) or {RL_PACKAGES[1]} (torchtitan main); the installed torchtitan has "
-                f"neither: {install_command('torchtitan')} installs 0.3.0",
-                name=RL_PACKAGES[1],
-            ) from None
-
-        RL_PACKAGE = RL_PACKAGES[1]
+if TYPE_CHECKING:
+    from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+    from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
 __all__ = [
     "GPU_ONLY",
-    "RL_PACKAGE",
     "Scalar",
     "TURN_ADVANTAGE",
     "TURN_INDEX",
     "TURN_REWARD",
     "StepwiseAdvantage",
-    "StepwiseTrainingSampleBuilder",
+    "StepwiseSamples",
     "check_credit",
     "check_cli_flags",
     "env_config",
     "env_turns",
     "requires_torchtitan",
     "stepwise_advantage",
+    "stepwise_controller",
     "turn_advantages",
     "with_stepwise_advantage",
 ]
@@ -244,42 +223,43 @@ def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str
     return StepwiseAdvantage.Config(estimator=estimator, options=full)
 
 
-class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
-    """``AsyncLoopConfig.training_sample_builder``: turn t's completion tokens get A_{j,t}.
+class StepwiseSamples:
+    """``StepwiseTrainingSampleBuilder``'s own part, mixed into a torchtitan layout's
+    ``TrainingSampleBuilder`` (``release``, ``main``): turn t's completion tokens get A_{j,t}.
 
-    Needs each turn's advantage on the turn (``StepwiseAdvantage``, or this package's
-    Verifiers rollouters); a rollout without is an error that says so (``turn_advantages``).
+    Needs each turn's advantage on the turn (``StepwiseAdvantage``, or this package's Verifiers
+    rollouters); a rollout without is an error that says so (``turn_advantages``). The
+    layout's class supplies ``metrics``, its ``observability.metrics`` module.
     """
 
-    @dataclass(kw_only=True, slots=True)
-    class Config(TrainingSampleBuilder.Config):
-        pass
+    class Config:
+        """What a layout's ``StepwiseTrainingSampleBuilder.Config`` also is (``check_credit``)."""
 
-    def __init__(self, config: Config) -> None:
+        __slots__ = ()
+
+    metrics: Any
+
+    def __init__(self, config: Any) -> None:
         # torchtitan's filter compares final rewards; this class filters on per-turn credit.
-        # (the field is torchtitan's, whose Config mypy cannot see: torchtitan ships no types)
         super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
     def build_from_group(self, *, rollout_group: RolloutGroup) -> TrainingSampleGroup:
-        built = super().build_from_group(rollout_group=rollout_group)
+        built = super().build_from_group(rollout_group=rollout_group)  # type: ignore[misc]
         if (
             self.drop_groups_without_credit
             and len(rollout_group.rollouts) > 1  # torchtitan keeps lone rollouts too
             and built.training_samples
             and not any(a != 0.0 for sample in built.training_samples for a in sample.advantage)
         ):
+            m = self.metrics
             dropped = m.Metric("training_sample_builder/num_groups_dropped_zero_advantage", m.Sum(1.0))
-            return TrainingSampleGroup(
-                group_id=rollout_group.group_id,
-                training_samples=[],
-                metrics=[*rollout_group.metrics, dropped],
-            )
+            return replace(built, training_samples=[], metrics=[*rollout_group.metrics, dropped])
         return built
 
     def rollout_to_training_samples(self, rollout: Rollout) -> list[TrainingSample]:
         advantages = turn_advantages(rollout)
-        samples = super().rollout_to_training_samples(rollout)
+        samples = super().rollout_to_training_samples(rollout)  # type: ignore[misc]
         # torchtitan packs turns in order: sample k holds turns [turn_id_k, turn_id_{k+1}),
         # and their completion tokens are its loss-mask positions, turn by turn.
         firsts = [sample.rollout_id.turn_id for sample in samples] + [len(rollout.turns)]
@@ -305,13 +285,13 @@ def check_credit(config: Any) -> None:
     puts turn 0's advantage, ``Rollout.advantage``, on every token; this builder rejects a
     rollout without per-turn advantages only once the first group arrives). Reads
     ``config.rollouter.advantage`` and ``config.async_loop.training_sample_builder``; runs in
-    ``StepwiseController.Config`` once the CLI's overrides are applied (``controller``). A config
+    the config ``stepwise_controller`` returns once the CLI's overrides are applied. A config
     that is not one (torchtitan's own ``Controller.Config``) is not checked: wrap it with
-    ``controller.stepwise_controller``."""
+    ``stepwise_controller``."""
 
     stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
     builder = config.async_loop.training_sample_builder
-    if stepwise != isinstance(builder, StepwiseTrainingSampleBuilder.Config):
+    if stepwise != isinstance(builder, StepwiseSamples.Config):
         fix = (
             "set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder.Config() "
             "(torchtitan's builder would give every token of a rollout its first turn's advantage)"
@@ -322,7 +302,7 @@ def check_credit(config: Any) -> None:
             f"rollouter.advantage is {type(config.rollouter.advantage).__qualname__} but "
             f"async_loop.training_sample_builder is {type(builder).__qualname__}: per-turn advantages need "
             f"both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config; {fix} "
-            "(both in verifiers_stepwise.hosts.torchtitan)"
+            "(verifiers_stepwise.hosts.torchtitan, StepwiseTrainingSampleBuilder in .release or .main by layout)"
         )
 
 
@@ -368,15 +348,37 @@ def with_stepwise_advantage(rollouter: Any, **options: float | int | str | bool)
 def _stepwise_config_class(base: type) -> type:
     if _annotated_advantage(base) is StepwiseAdvantage.Config:
         return base
-    name = f"Stepwise_{base.__qualname__.replace('.', '_')}"
-    made = globals().get(name)
+    annotated = {"__annotations__": {"advantage": StepwiseAdvantage.Config}}
+    return _subclass(base, "Stepwise", {**annotated, "advantage": field(default_factory=stepwise_advantage)})
+
+
+def stepwise_controller(config: Any) -> Any:
+    """``config`` (a torchtitan ``Controller.Config``, of either layout) as a config of the same
+    fields whose ``__post_init__`` also runs ``check_credit`` and ``check_cli_flags``. torchtitan's
+    ``ConfigManager`` builds the config again with the CLI's overrides, so the checks see the
+    final one; ``build()`` builds torchtitan's own controller, unchanged."""
+
+    base_post_init = getattr(type(config), "__post_init__", None)
+
+    def __post_init__(self: Any) -> None:
+        if base_post_init is not None:
+            base_post_init(self)
+        check_credit(self)
+        check_cli_flags(self)
+
+    checked = _subclass(type(config), "Checked", {"__post_init__": __post_init__})
+    return checked(**{f.name: getattr(config, f.name) for f in fields(config) if f.init})
+
+
+def _subclass(base: type, prefix: str, namespace: dict[str, Any]) -> type:
+    """A dataclass subclass of the config class ``base`` with ``namespace``, made once and kept
+    in this module under its name, so that it pickles by reference."""
+    name = f"{prefix}_{base.__qualname__.replace('.', '_')}"
+    while (made := globals().get(name)) is not None and made.__mro__[1] is not base:
+        name += "_"  # another base of the same name (a fresh import of its module)
     if made is None:
-        namespace = {
-            "__annotations__": {"advantage": StepwiseAdvantage.Config},
-            "advantage": field(default_factory=stepwise_advantage),
-        }
-        made = dataclass(kw_only=True, slots=True)(type(name, (base,), namespace))
-        made.__module__, made.__qualname__ = __name__, name  # picklable by reference
+        made = dataclass(kw_only=True, slots=True)(type(name, (base,), dict(namespace)))
+        made.__module__, made.__qualname__ = __name__, name
         globals()[name] = made
     return made
 

@@ -43,21 +43,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
-from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
+from verifiers_stepwise.errors import ConfigError, RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
-from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
+from verifiers_stepwise.hosts.torchtitan import Scalar, StepwiseAdvantage, env_config, requires_torchtitan
+from verifiers_stepwise.hosts.torchtitan.release import LAYOUT  # on main's layout: the error naming .main
 from verifiers_stepwise.hosts.torchtitan.turns import Span, lay_out_credit, sampled_spans
 from verifiers_stepwise.traces.credit import score_group
 
-if RL_PACKAGE != "torchtitan.experiments.rl":
-    # main's Rollouter has its own lifecycle (setup_async, no renderer per group) and rollouter
-    raise HostMismatch(
-        "verifiers_stepwise.hosts.torchtitan.verifiers is the Verifiers rollouter for torchtitan 0.3.0; "
-        f"this torchtitan has main's layout ({RL_PACKAGE}): use torchtitan's own Verifiers rollouter with "
-        "verifiers_stepwise.hosts.torchtitan.main.StepwiseVerifiersRollouter"
-    )
-
-with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.verifiers", "tyro"):
+with requires_torchtitan(f"verifiers_stepwise.hosts.torchtitan.verifiers (torchtitan 0.3.0, {LAYOUT})", "tyro"):
     import tyro
     from torchtitan.config import Configurable
     from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
