@@ -11,16 +11,17 @@ such as ``9^{9^{9^{9}}}`` therefore costs at most ``timeout_s`` and scores as in
 Both sides are parsed the same way: as a LaTeX math span (``$...$``), else as plain text.
 Integer-vs-integer comparisons never reach a worker: :mod:`answers` decides them exactly.
 
-A ground truth that is an exact rational number (``3``, ``\\frac{1}{2}``, ``0.5``) is matched
-only exactly, by two readings that must both accept. math-verify's verdict compares floats with
-a tolerance, and its extraction reads one match of the answer and drops the rest (a trailing
-``\\text{...}`` runs to the end of the answer, so ``\\frac{1}{2} \\text{, or } \\frac{7}{10}`` reads
-as ``\\frac{1}{2}``). So the answer is also read whole (:func:`exact_value`): peeled as the
-integer verifier peels it, nothing that holds a value dropped, parsed by one LaTeX grammar that
-must consume every character, decimals taken at their exact decimal value, and evaluated without
-rounding; it must come to that same rational. Text holding two values reads as a set, a tuple,
-words or a parse error, never as one rational, so a hedge scores as wrong whichever value is
-right, and ``0.5000001`` is not ``1/2``.
+A ground truth that is an exact rational number (``3``, ``\\frac{1}{2}``, ``0.5``, also as a
+relation, ``x = \\frac{1}{2}``, read whole as the answer is) is matched only exactly, by two
+readings that must both accept. math-verify's verdict compares floats with a tolerance (and
+gives a relation no number to compare exactly), and its extraction reads one match of the
+answer and drops the rest (a trailing ``\\text{...}`` runs to the end of the answer, so
+``\\frac{1}{2} \\text{, or } \\frac{7}{10}`` reads as ``\\frac{1}{2}``). So the answer is also
+read whole (:func:`exact_value`): peeled as the integer verifier peels it, nothing that holds a
+value dropped, parsed by one LaTeX grammar that must consume every character, decimals taken
+at their exact decimal value, and evaluated without rounding; it must come to that same
+rational. Text holding two values reads as a set, a tuple, words or a parse error, never as one
+rational, so a hedge scores as wrong whichever value is right, and ``0.5000001`` is not ``1/2``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def verify_pair(answer: str, gold: str) -> bool:
     expected = parsed(gold)
     if not target or not expected or not verify(expected, target, timeout_seconds=None):
         return False
+    # A relation (x = \frac{1}{2}) is no number to math-verify; read whole, it states its value.
     exact = _rational(expected[0])
+    if exact is None:
+        exact = exact_value(gold)
     return exact is None or exact_value(answer) == exact
 
 
