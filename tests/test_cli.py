@@ -582,6 +582,23 @@ def test_plot_is_a_png_with_one_column_per_config(tmp_path, capsys):
     assert np.ptp(image_one[..., :3]) > 0.5  # drawn on, not blank
 
 
+def test_plot_without_matplotlib_prints_the_tables_then_says_what_the_plot_needs(tmp_path, capsys, monkeypatch):
+    """Issue 37: without matplotlib, ``--plot`` threw the whole analysis away (exit 2, no table).
+    The tables and per-turn rows need no matplotlib: they come out, then one line says what the
+    plot needs, and the exit status is 1 because a file the command was asked for is missing
+    (``vf-stepwise ... --plot x.png && upload x.png`` must not go on)."""
+    for module in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    monkeypatch.delitem(sys.modules, "verifiers_stepwise.analysis.plot", raising=False)
+    traces = write_episodes(tmp_path / "traces.jsonl", rollouts())
+    code, out, err = run(capsys, "advantages", traces, "--plot", tmp_path / "credit.png")
+    assert code == 1
+    assert "mean adv" in out and "plot:" not in out
+    needs = "vf-stepwise --plot needs matplotlib, which is not installed: pip install 'verifiers-stepwise[plot]'"
+    assert err.splitlines() == [f"error: no plot written: {needs}"]
+    assert (tmp_path / "traces.advantages.jsonl").exists() and not (tmp_path / "credit.png").exists()
+
+
 def test_list_shows_estimators_with_fields_and_defaults(capsys):
     code, out, _ = run(capsys, "list", "--json")
     assert code == 0
