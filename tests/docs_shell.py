@@ -7,8 +7,7 @@ copied against the local model server, or says on its own line what it needs).
 
 A block runs in one ``bash`` from ``cwd``, as written, but for three things a test must do:
 the local server's documented port 8000 becomes a free one, this interpreter's scripts come
-first on ``PATH`` (the reader's activated environment) with the Hugging Face hub offline and
-``HOME`` in ``cwd``, and
+first on ``PATH`` (the reader's activated environment) with the Hugging Face hub offline, and
 ``pip install`` lines are left out (this environment already has what they install, editable
 from this checkout; installing again would replace that). Each other command's exit status and
 output are kept; a backgrounded command (the server), ``export`` and ``kill`` run as they are.
@@ -71,7 +70,6 @@ def run_block(block: str, cwd: Path, *, timeout: float = 600) -> list[Ran]:
         "HF_DATASETS_OFFLINE": "1",
         "HF_HUB_OFFLINE": "1",
         "COLUMNS": "200",
-        "HOME": str(cwd),  # vf-eval's subprocess runtime makes its work dirs here
     }
     subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=environment, timeout=timeout, check=True)
     return [

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import verifiers.v1 as vf
 
+from tests.docs_shell import run_block, shell_blocks
 from tests.test_registry import make_distribution
 from verifiers_stepwise import RaggedBatch, get_estimator
 from verifiers_stepwise.analysis import report as report_module
@@ -597,6 +598,20 @@ def test_plot_without_matplotlib_prints_the_tables_then_says_what_the_plot_needs
     needs = "vf-stepwise --plot needs matplotlib, which is not installed: pip install 'verifiers-stepwise[plot]'"
     assert err.splitlines() == [f"error: no plot written: {needs}"]
     assert (tmp_path / "traces.advantages.jsonl").exists() and not (tmp_path / "credit.png").exists()
+
+
+@pytest.mark.slow
+def test_the_guides_first_block_runs_on_the_quickstarts_run(tmp_path):
+    """docs/vf-stepwise.md's first block as written, after the README quickstart's in the same
+    directory (it named ``outputs/<run>/traces.jsonl``, which bash reads as a redirection)."""
+    quickstart = shell_blocks("README.md", after="## Quickstart")[0]
+    (guide,) = shell_blocks("docs/vf-stepwise.md")
+    ran = run_block(quickstart + guide, tmp_path)
+    shown = [" ".join(r.command.split()[:2]) for r in ran]
+    assert shown == ["vf-eval stepwise-refine", "vf-stepwise advantages", "vf-stepwise list", "vf-stepwise advantages"]
+    assert all(r.returncode == 0 for r in ran), ran
+    assert "stepwise" in ran[2].stdout and "mean adv" in ran[3].stdout and "gamma sweep" in ran[3].stdout
+    assert (tmp_path / "credit.png").stat().st_size > 20_000
 
 
 def test_list_shows_estimators_with_fields_and_defaults(capsys):

@@ -210,6 +210,22 @@ def test_every_relative_link_in_readme_and_docs_resolves():
     assert not broken, "broken links:\n" + "\n".join(sorted(set(broken)))
 
 
+def test_every_documented_vf_eval_names_its_model_server_and_does_not_push():
+    """Issue 37: stepwise-sums' README showed ``vf-eval stepwise-sums --env.taskset.split test``,
+    which went to vf-eval's default remote model (90/90 ProviderError) and then tried to push its
+    traces (an error asking for an API key). Every ``vf-eval`` of a shell block in the docs names
+    the endpoint it runs against and keeps its traces local."""
+    bad = []
+    for doc in DOCS:
+        for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S):
+            for command in re.sub(r"\\\n", " ", block).splitlines():
+                if command.strip().startswith("vf-eval") and not {"--client.base-url", "--no-push"} <= set(
+                    command.split()
+                ):
+                    bad.append(f"{doc.relative_to(ROOT)}: {command.strip()}")
+    assert not bad, "vf-eval lines without --client.base-url or --no-push:\n" + "\n".join(bad)
+
+
 def test_tests_named_in_the_docs_exist():
     defined = {m for path in (ROOT / "tests").rglob("*.py") for m in re.findall(r"def (test_\w+)", path.read_text())}
     missing = []

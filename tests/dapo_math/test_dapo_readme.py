@@ -23,6 +23,7 @@ def test_the_readmes_usage_block_runs_as_written(tmp_path):
     runs = sorted(tmp_path.glob("outputs/*/traces.jsonl"), key=lambda p: p.stat().st_mtime)
     episodes = [[json.loads(line) for line in run.read_text().splitlines()] for run in runs]
     assert [len(e) for e in episodes] == [64 * 8, 8 * 4]
+    assert all(episode["ok"] for run in episodes for episode in run)
 
 
 @pytest.mark.slow
