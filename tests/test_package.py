@@ -226,6 +226,19 @@ def test_every_documented_vf_eval_names_its_model_server_and_does_not_push():
     assert not bad, "vf-eval lines without --client.base-url or --no-push:\n" + "\n".join(bad)
 
 
+@pytest.mark.parametrize("guide", ["prime-rl", "torchtitan", "tinker"])
+def test_each_trainer_guide_says_where_to_get_this_package_before_installing_it(guide):
+    """Issue 37: none named where to get this package (not on PyPI; no clone URL is known) before
+    its first ``pip install``. Each says, first: a checkout of this repository, or wheels built
+    in one (the README's wheel route)."""
+    text = " ".join((ROOT / "docs" / f"{guide}.md").read_text().split())
+    first_install = text.index('install -e "$STEPWISE') if guide != "tinker" else text.index('install "$STEPWISE')
+    before = text[:first_install]
+    assert "verifiers-stepwise is not on PyPI" in before and "checkout of this repository" in before
+    assert "pip wheel --no-deps ." in before
+    assert "# your checkout of this repository" in text[:first_install]
+
+
 def test_tests_named_in_the_docs_exist():
     defined = {m for path in (ROOT / "tests").rglob("*.py") for m in re.findall(r"def (test_\w+)", path.read_text())}
     missing = []
