@@ -136,9 +136,8 @@ def verify_pair(answer: str, gold: str) -> bool:
     expected = parsed(gold)
     if not target or not expected or not verify(expected, target, timeout_seconds=None):
         return False
-    # A relation (x = \frac{1}{2}) is no number to math-verify; read whole, it states its value.
     exact = _rational(expected[0])
-    if exact is None:
+    if exact is None and _is_relation(expected[0]):  # x = \frac{1}{2}: read whole, it states one value
         exact = exact_value(gold)
     return exact is None or exact_value(answer) == exact
 
@@ -171,6 +170,12 @@ def _rational(expr: Any) -> Any:
         return None
     value = sympy.simplify(expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}))
     return value if value.is_Rational else None
+
+
+def _is_relation(expr: Any) -> bool:
+    import sympy
+
+    return isinstance(expr, sympy.core.relational.Relational)
 
 
 def _integer_decision(answer: str, gold: str) -> bool | None:
