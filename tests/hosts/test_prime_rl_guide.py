@@ -50,7 +50,7 @@ NOT_RUN = {
         "network; the stage installs verifiers a60a606 from its extracted tree"
     ),
     "uv sync --all-extras": "network and prime-rl's CUDA wheels (vLLM, flash-attn)",
-    "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml": "the training run: 2 GPUs",
+    "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml  # needs the 2 GPUs and steps 1 to 4": "the training run",
 }
 
 

@@ -33,6 +33,7 @@ CHECK = 'python -c "import verifiers_stepwise.hosts.torchtitan.config_registry"'
 TRAIN = (
     "python -m torchtitan.experiments.rl.train --module verifiers_stepwise.hosts.torchtitan"
     " --config rl_stepwise_verifiers_dapo_qwen3_4b_math --hf_assets_path checkpoints/Qwen3-4B-Base"
+    "  # needs the 8 GPUs and steps 1 to 3"
 )
 INSTALL = 'pip install -e "$STEPWISE[torchtitan]" -e "$STEPWISE/environments/stepwise_dapo_math"'
 RUN = (INSTALL, CHECK, TRAIN)
