@@ -209,7 +209,7 @@ def hub_rows(repo: str, subset: str | None, split: str) -> Iterator[dict[str, An
     else:
         why = (
             "offline mode (HF_HUB_OFFLINE)"
-            if constants.is_offline_mode()
+            if constants.HF_HUB_OFFLINE
             else f"{constants.ENDPOINT} did not answer within {HUB_PROBE_TIMEOUT_S:g} s"
         )
         try:
@@ -236,7 +236,7 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     import httpx
     from huggingface_hub import constants, get_session
 
-    if constants.is_offline_mode():
+    if constants.HF_HUB_OFFLINE:
         return False
     try:
         get_session().head(constants.ENDPOINT, timeout=timeout)
