@@ -107,7 +107,7 @@ async def test_each_turn_is_scored_and_a_hint_follows_a_wrong_answer():
         )
         requests = server.chat_requests
     rewards = sorted([read_turns(e.traces[0]).rewards for e in group], key=lambda r: (len(r), r))
-    assert rewards == [[1.0], [0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    assert rewards == [[1.0], [-1.0, 1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]]
     assert sorted(e.traces[0].reward for e in group) == [0.0, 0.0, 1.0, 1.0, 1.0]  # the last answer's
     followups = {r["messages"][-1]["content"] for r in requests if len(r["messages"]) > 2}
     assert followups == {"too high. 10 + 2 =", "too low. 10 + 2 =", "no number. 10 + 2 ="}
