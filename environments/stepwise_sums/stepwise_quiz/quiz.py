@@ -1,8 +1,9 @@
 """A quiz of independent sums: ``questions`` sums asked one after another, one a turn.
 
-Each task is ``questions`` consecutive pairs of stepwise-sums' split (a in 10–59, b in 1–9;
-``train`` 360 pairs, ``test`` the 90 held out), so the test split is 30 quizzes of 3. The prompt
-is a document for a base model to continue: a solved quiz, then the task's first question::
+Each task is ``questions`` pairs of a stepwise-sums split, shuffled once per split (by default
+a in 1–49, b in 1–9: ``train`` 352 pairs, ``test`` the 89 held out), so the test split is 29
+quizzes of 3. The prompt is a document for a base model to continue: a solved quiz, then the
+task's first question::
 
     Sums, one after another.
     23 + 5 = 28
@@ -31,7 +32,7 @@ from typing import Literal
 
 import verifiers.v1 as vf
 from pydantic import Field
-from stepwise_sums.sums import answer_of, question, split_pairs
+from stepwise_sums.sums import SumsTasksetConfig, answer_of, question, split_pairs
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.envs.tasksets import CountedTake
@@ -69,19 +70,21 @@ class QuizTask(vf.Task[QuizData]):
         return task.right(trace) / len(task.pairs)
 
 
-class QuizTasksetConfig(vf.TasksetConfig):
-    split: str = "train"
-    """``train`` (120 quizzes of 3) or ``test`` (30 held-out quizzes of 3)."""
+class QuizTasksetConfig(SumsTasksetConfig):
     questions: int = Field(3, ge=1, le=9)
     """Sums per quiz (turns per episode)."""
     shots: int = Field(1, ge=0, le=4)
     """Solved quizzes in each prompt."""
+    a_range: tuple[int, int] = (1, 49)
+    """The first addend's values (a mix of one- and two-digit sums: the untrained model answers
+    about one in four right)."""
 
 
 class QuizTaskset(CountedTake, vf.Taskset[QuizTask, QuizTasksetConfig]):
     def load(self) -> Iterator[QuizTask]:
         config = self.config
-        train, pairs = split_pairs("train"), split_pairs(config.split)
+        ranges = (config.a_range, config.b_range)
+        train, pairs = split_pairs("train", *ranges), split_pairs(config.split, *ranges)
         rng = random.Random(f"quiz-order-{config.split}")
         rng.shuffle(pairs)  # a quiz mixes first addends instead of walking 10 + 1, 10 + 2, ...
         for i in range(len(pairs) // config.questions):
