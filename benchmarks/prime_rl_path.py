@@ -22,7 +22,8 @@ wall clock also counts the other job's time slices), the median seconds per pass
 groups and the median per-repeat ratios of the stepwise path to each other path. The goal
 (issue #33): the stepwise path ≤ 1.25× prime-rl's own ``GRPOAlgorithm`` in the same run, which
 is what a prime-rl user pays for per-turn credit; prime-rl's GRPO itself costs 1.6–1.7× the
-plain broadcast (docs/benchmarks.md says where the time goes). The paths alternate within each repeat, since this machine is shared, and the garbage
+plain broadcast (docs/benchmarks.md says where the time goes). The paths alternate within
+each repeat, since this machine is shared, and the garbage
 collector is off while timing, as in ``timeit``.
 
 ``--walked``: before each group's call, and untimed, the group is walked as prime-rl 559b447's

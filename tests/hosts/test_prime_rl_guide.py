@@ -42,7 +42,9 @@ PROVIDED = {
     "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
 }
 NOT_RUN = {
-    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": "network; the stage reads the extracted tree",
+    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": (
+        "network; the stage reads the commit's extracted tree"
+    ),
     f"git checkout {COMMIT}": "the tree the stage reads is this commit (test_the_guide_checks_out_the_tested…)",
     "git submodule update --init -- deps/verifiers deps/renderers deps/prime-envs deps/pydantic-config": (
         "network; the stage installs verifiers a60a606 from its extracted tree"
