@@ -122,7 +122,7 @@ class StepwiseChatConfig(vf.HarnessConfig):
     exclude_think: bool = False
     """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
     max_retries: int = Field(2, ge=0)
-    """Retries of a model call answered with 408, 409 or 5xx, broken after its answer began, or
+    """Retries of a model call answered with 408 or 5xx, broken after its answer began, or
     failed in transport: the OpenAI SDK's ``max_retries``, shared with the harness's own retries
     of a stream (module docstring). A 429 (rate limit) is retried until the call's deadline
     instead, after its ``Retry-After`` when given, else after ``retry_backoff``."""

@@ -94,6 +94,15 @@ class ToolCallReply:
     id: str | None = None
     """Defaults to ``call_<k>_<i>`` for the i-th call of model call k."""
 
+    def wire(self, default_id: str) -> dict:
+        """The call as a chat completion carries it."""
+        arguments = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return {
+            "id": self.id or default_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": arguments},
+        }
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -323,17 +332,7 @@ class ModelServer(ThreadedServer):
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": tc.id or f"call_{call.index}_{i}",
-                    "type": "function",
-                    "function": {
-                        "name": tc.name,
-                        "arguments": tc.arguments if isinstance(tc.arguments, str) else json.dumps(tc.arguments),
-                    },
-                }
-                for i, tc in enumerate(reply.tool_calls)
-            ]
+            message["tool_calls"] = [tc.wire(f"call_{call.index}_{i}") for i, tc in enumerate(reply.tool_calls)]
         prompt_tokens = sum(_words(_text(m.get("content"))) for m in call.messages)
         completion_tokens = (
             _words(content or "")
