@@ -251,13 +251,16 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
 def test_gigpo_gets_the_envs_anchor_states_through_the_host(tokenizer, tokenizer_dir, monkeypatch):
     """An env that names its states (here: the turn index, shared by every rollout) reaches
     ``gigpo`` through the host's scoring: wrong-then-right and right-at-once have equal episode
-    returns (grpo: 0 everywhere) but different returns from the shared first state."""
+    returns (grpo: 0 everywhere) but different returns from the shared first state. A wrong try
+    pays 0 here (``incorrect_reward``; stepwise-sums' default charges it -1, which would make the
+    episode returns differ)."""
     from stepwise_sums.sums import SumsEnv
 
     monkeypatch.setattr(SumsEnv, "turn_state", lambda self, task, index, trace, message: index)
-    answer = list(vf.load_environment(vf.resolve_env_config(SUMS)).taskset)[0].data.answer
+    env = SUMS | {"incorrect_reward": 0.0}
+    answer = list(vf.load_environment(vf.resolve_env_config(env)).taskset)[0].data.answer
     generate = Scripted(tokenizer, [f" {answer + 1}", f" {answer}", f" {answer}"], end="\n")
-    (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=2, format="text")
+    (group,) = _episodes(tokenizer_dir, generate, env=env, rollouts=2, format="text")
     gigpo = score_groups([group], get_estimator("gigpo"), tokenizer.pad_token_id)
     assert sorted(s.credit.rewards for s in gigpo) == [[0.0, 1.0], [1.0]]
     assert {
@@ -591,7 +594,7 @@ def test_the_text_format_continues_the_document_and_a_reply_ends_at_its_newline(
     generate = Scripted(tokenizer, [" 13", " 12"], end="\n")
     (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=1, format="text")
     (trace,) = group[0].traces
-    assert len(trace.branches) == 1 and read_turns(trace).rewards == [0.0, 1.0]
+    assert len(trace.branches) == 1 and read_turns(trace).rewards == [-1.0, 1.0]  # a wrong try costs 1
     branch = trace.branches[0]
     prompt = group[0].task.data.prompt
     assert tokenizer.decode(branch.token_ids, skip_special_tokens=True) == prompt + " 13\ntoo high. 10 + 2 = 12\n"

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_BAD_INPUT = 2
+EXIT_NO_PLOT = 1
+"""``--plot`` without matplotlib: the tables and rows are written, the requested plot is not."""
 
 
 class CommandError(ConfigError):
@@ -112,7 +114,11 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
     )
     adv.add_argument("--gammas", metavar="G,G,...", help="gamma sweep table of the main estimator, e.g. 0,0.4,0.8,1.0")
     adv.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="write per-turn-index distributions of returns and advantages"
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="write per-turn-index distributions of returns and advantages (needs matplotlib, the plot extra; "
+        "without it the tables are printed and the exit status is 1)",
     )
     out = adv.add_mutually_exclusive_group()
     out.add_argument(
@@ -258,9 +264,10 @@ def _advantages(args: argparse.Namespace) -> int:
 
     paths = [_traces_file(p) for p in args.traces]
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
-    plot_credit = _plotter() if args.plot is not None else None
+    plot_credit, no_plot = _plotter() if args.plot is not None else (None, None)
+    plot = args.plot if plot_credit is not None else None
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-    for path in (output, args.plot):
+    for path in (output, plot):
         if path is not None:
             _check_output(path, paths)
     try:
@@ -277,12 +284,15 @@ def _advantages(args: argparse.Namespace) -> int:
     if output is not None:
         write_turn_rows(output, collected, grouped, configs)
     if plot_credit is not None:
-        plot_credit(args.plot, grouped.batch, configs)
-    report = summary(collected, grouped, configs, sweep, output, args.plot)
+        plot_credit(plot, grouped.batch, configs)
+    report = summary(collected, grouped, configs, sweep, output, plot)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         render(_console(), report)
+    if no_plot is not None:
+        print(f"error: {no_plot}", file=sys.stderr)
+        return EXIT_NO_PLOT
     return 0
 
 
@@ -301,15 +311,16 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimat
         raise CommandError(f"--gammas: {e}") from None
 
 
-def _plotter() -> Any:
-    """``analysis.plot.plot_credit``, or the error naming the extra it needs, before the read."""
+def _plotter() -> tuple[Any, str | None]:
+    """``analysis.plot.plot_credit``, or None and the line naming the extra it needs: the tables
+    need no matplotlib, so they are printed, then that line, and the exit status is 1."""
     from verifiers_stepwise.extras import MissingExtra
 
     try:
         from verifiers_stepwise.analysis.plot import plot_credit
     except MissingExtra as e:
-        raise CommandError(str(e)) from None
-    return plot_credit
+        return None, f"no plot written: {e}"
+    return plot_credit, None
 
 
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:
