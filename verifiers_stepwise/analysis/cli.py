@@ -264,8 +264,7 @@ def _advantages(args: argparse.Namespace) -> int:
 
     paths = [_traces_file(p) for p in args.traces]
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
-    plot_credit, no_plot = _plotter() if args.plot is not None else (None, None)
-    plot = args.plot if plot_credit is not None else None
+    plot_credit, plot, no_plot = _plotter(args.plot)
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
     for path in (output, plot):
         if path is not None:
@@ -311,16 +310,19 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimat
         raise CommandError(f"--gammas: {e}") from None
 
 
-def _plotter() -> tuple[Any, str | None]:
-    """``analysis.plot.plot_credit``, or None and the line naming the extra it needs: the tables
-    need no matplotlib, so they are printed, then that line, and the exit status is 1."""
+def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
+    """For ``--plot``: ``analysis.plot.plot_credit`` and the file, or without matplotlib no plot
+    and the line naming the extra it needs (the tables need no matplotlib, so they are printed,
+    then that line, and the exit status is 1)."""
     from verifiers_stepwise.extras import MissingExtra
 
+    if plot is None:
+        return None, None, None
     try:
         from verifiers_stepwise.analysis.plot import plot_credit
     except MissingExtra as e:
-        return None, f"no plot written: {e}"
-    return plot_credit, None
+        return None, None, f"no plot written: {e}"
+    return plot_credit, plot, None
 
 
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:
