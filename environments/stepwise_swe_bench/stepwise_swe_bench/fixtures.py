@@ -19,8 +19,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .bwrap import hand_over, remove_tree
 from .instances import FIXTURES, SweInstance
-from .sandbox import hand_over, remove_tree
 
 __all__ = ["FixtureError", "base_checkout", "commit_tree", "materialize"]
 
