@@ -58,7 +58,7 @@ def image_with_repository():
     committed at /testbed (made with ``docker create``, ``cp`` and ``commit``: no builder)."""
     need("docker")
     name, tag = f"stepwise-swe-bench-test-{uuid.uuid4().hex[:8]}", f"stepwise-swe-bench-test:{uuid.uuid4().hex[:8]}"
-    docker("create", "--name", name, TAG)
+    docker("create", "--name", name, TAG, "true")
     try:
         docker("cp", f"{base_checkout(SLUGS)}/.", f"{name}:/testbed")
         docker("commit", name, tag)
@@ -124,7 +124,7 @@ def test_a_command_past_its_time_is_stopped_inside_the_container(repo):
     sandbox = DockerSandbox.start(TAG, limits("docker"), ["tar", "-C", str(repo), "-c", "."])
     try:
         result = run(sandbox, "sleep 60", timeout_s=1)
-        left = run(sandbox, "ps -eo comm | grep -c '^sleep$' || true")
+        left = run(sandbox, "ps -eo args | grep -c '^sleep 60$' || true")
     finally:
         sandbox.remove()
     assert result.termination == "timeout" and result.duration_s < 10

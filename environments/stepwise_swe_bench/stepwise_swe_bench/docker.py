@@ -9,10 +9,12 @@ streamed into ``/testbed`` as a tar archive: the bundled task's template from th
 official image's own ``/testbed`` (read through a created, never started, container of it,
 since the tmpfs hides it in a running one).
 
-Every command is one ``docker exec`` of bash in ``/testbed``, under coreutils ``timeout``
-(which signals the command's process group; the client is killed a little later) with its
-output cut inside the container at ``output_kill_bytes`` (``head -c``, so a runaway command
-never ships more), stderr merged into stdout; the exit status is the command's. The container
+Every command is one ``docker exec`` of bash in ``/testbed``, under coreutils ``timeout`` (the
+client is killed a little later) with its output cut inside the container at
+``output_kill_bytes`` (``head -c``, so a runaway command never ships more), stderr merged into
+stdout; the exit status is the command's. What a command leaves running in its process group is
+killed when it ends, as a bubblewrap sandbox ends with its command; a process that starts a
+session of its own (``setsid``) lives on in the episode's container, within its caps. The container
 is removed (``docker rm -f``) when its episode or its grading run ends, and by this process at
 exit for any it started and did not remove.
 """
@@ -43,11 +45,14 @@ USER = "1000:1000"
 _GRACE_S = 10.0
 """How long past a command's timeout the client is given before it is killed."""
 # $1 = command, $2 = timeout (s), $3 = bytes read before the command is cut off. The workdir is
-# given back its owner's permissions first: an earlier ``chmod 000 .`` must not lock later
-# commands out.
+# given back its owner's permissions first (an earlier ``chmod 000 .`` must not lock later
+# commands out). ``timeout`` leads a process group of its own: what the command left running in
+# it (``cmd &``, a fork bomb) is killed when it ends; the command's input is fd 3 (a background
+# job's would be /dev/null).
 _WRAPPER = (
     f"chmod u+rwx {WORKDIR} 2>/dev/null; cd {WORKDIR} || exit 125; "
-    'timeout -k 5 "$2" /bin/bash -c "$1" 2>&1 | head -c "$3"; exit "${PIPESTATUS[0]}"'
+    '{ timeout -k 5 "$2" /bin/bash -c "$1" 2>&1 <&3 & t=$!; wait "$t"; s=$?; kill -KILL -- "-$t" 2>/dev/null; '
+    'exit "$s"; } 3<&0 | head -c "$3"; exit "${PIPESTATUS[0]}"'
 )
 _STARTED: set[str] = set()
 """Containers this process started and has not removed yet."""
@@ -96,7 +101,7 @@ def _image_source(image: str) -> str:
     """A created (never started) container of ``image``, whose ``/testbed`` is read with
     ``docker cp`` (once per image and process; removed at exit)."""
     name = f"stepwise-swe-bench-source-{uuid.uuid4().hex[:12]}"
-    _docker("create", "--name", name, "--label", LABEL, image)
+    _docker("create", "--name", name, "--label", LABEL, image, "true")  # never run: an image may name no command
     _STARTED.add(name)
     return name
 

@@ -55,8 +55,12 @@ _NO_TESTS: dict[str, list[str]] = {"success": [], "failure": []}
 MAX_PATCH_BYTES = 8 * 1024 * 1024
 """Largest diff a round can submit."""
 # git as it runs on the model's repository: none of the repository's hooks, external diff
-# drivers, text conversions or replace refs (which could make the diff differ from the files).
-_GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
+# drivers, text conversions or replace refs (which could make the diff differ from the files), and
+# no global or system configuration (with Docker the model's commands write its $HOME, /tmp).
+_GIT = (
+    "GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 "
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
+)
 _DIFF = "diff --binary --no-renames --no-ext-diff --no-textconv"
 # What running the code leaves behind, never part of a diff (byte code a model adds on purpose,
 # e.g. with `git add -f`, is still in its index and rejected by ``machinery``).

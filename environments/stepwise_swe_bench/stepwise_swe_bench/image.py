@@ -21,7 +21,7 @@ from pathlib import Path
 __all__ = ["MIRROR", "PACKAGES", "SUITE", "TAG", "build", "present"]
 
 SUITE = "bookworm"
-PACKAGES = ("python3", "python3-pytest", "python-is-python3", "git")
+PACKAGES = ("python3", "python3-pytest", "python-is-python3", "git", "procps")
 MIRROR = "http://deb.debian.org/debian"
 _CHANGES = ("ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8", "WORKDIR /testbed")
 _RECIPE = repr((SUITE, PACKAGES, _CHANGES))
