@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 import verifiers.v1 as vf
 from verifiers.v1.interception import InterceptionServer
@@ -141,7 +142,7 @@ async def test_a_transient_server_error_is_retried(server):
     trace = await agent(server).run(task("Flaky call"))
     assert trace.ok and trace.last_reply == "fine"
     first, retry = [r for r in server.requests if r.body and r.body["messages"][-1]["content"] == "Flaky call"]
-    assert "x-stainless-retry-count" not in {k.lower() for k in first.headers}
+    assert first.headers["x-stainless-retry-count"] == "0"  # the SDK's first attempt: not a retry
     assert retry.headers["x-stainless-retry-count"] == "1"
     assert len(trace.calls) == 2 and trace.calls[0].error.status_code == 500
 
@@ -295,15 +296,22 @@ async def test_one_session_serves_every_turn_of_a_rollout(server, monkeypatch):
 
 
 async def test_retries_back_off_exponentially(server, monkeypatch):
-    delays = []
+    """The failed stream is retried plain after ``retry_backoff``; the SDK retries the plain
+    request after its own back-off, which doubles (jittered)."""
+    ours, sdks = [], []
 
-    async def no_wait(seconds, *args):
-        if seconds:  # the event loop's own sleep(0) yields are not back-offs
-            delays.append(seconds)
+    def recorder(delays):
+        async def no_wait(seconds, *args):
+            if seconds:  # the event loop's own sleep(0) yields are not back-offs
+                delays.append(seconds)
 
-    monkeypatch.setattr(harness_module.asyncio, "sleep", no_wait)
+        return no_wait
+
+    monkeypatch.setattr(harness_module.asyncio, "sleep", recorder(ours))
+    monkeypatch.setattr(openai._base_client.anyio, "sleep", recorder(sdks))
     trace = await agent(server, harness={"retry_backoff": 0.2, "max_retries": 3}).run(task("Broken call, backing off"))
-    assert not trace.ok and delays == [0.2, 0.4, 0.8]
+    assert not trace.ok and len(requests_for(server, "Broken call, backing off")) == 4
+    assert ours == [0.2] and len(sdks) == 2 and sdks[1] > sdks[0] > 0
 
 
 async def test_request_timeout_bounds_a_model_call():
@@ -317,7 +325,7 @@ async def test_request_timeout_bounds_a_model_call():
     ("fault", "stream", "message", "streamed"),
     [
         # cut short: it may have been committed, so it is retried unchanged (the replay guard keys on the body)
-        ("empty", True, r"the model stream ended before data: \[DONE\]", [True, True]),
+        ("empty", True, r"the model stream ended before its last chunk", [True, True]),
         ("malformed_json", False, "malformed completion from the interception endpoint", [None, None]),
         # answered with a failure: nothing was committed, and a plain retry gets the upstream's status
         ("http_500", True, "scripted fault: internal server error", [True, None]),

@@ -254,41 +254,37 @@ def test_command_honours_port_and_cycles_replies_over_each_prompts_rollouts():
         assert process.wait(timeout=30) == 0
 
 
-ASK_FROM_A_NEW_PROCESS = """
-import sys, httpx
-for session in ("a", "b", "c"):
-    body = {"model": "m", "messages": [{"role": "user", "content": "anything"}]}
-    reply = httpx.post(sys.argv[1] + "/chat/completions", json=body, headers={"X-Session-ID": session}, timeout=30)
-    print(reply.json()["choices"][0]["message"]["content"])
-"""
-
-
-def test_command_numbers_each_client_processes_rollouts_from_zero():
-    """Two runs of the same client against one server get the same replies: the rollout count is
-    per client process, not per server (three rollouts of four replies would shift the second run)."""
+def test_command_numbers_each_runs_rollouts_from_zero():
+    """Runs against one server get the same replies when each has a base URL of its own: the
+    rollout count is per run (three rollouts of four replies would shift a second run sharing
+    the count), and the unnamed run (``/v1``) counts on its own."""
     process = _serve("--reply", "40", "--reply", "41", "--reply", "42", "--reply", "43")
     try:
         base_url = process.stdout.readline().strip()
-        runs = [
-            subprocess.run([sys.executable, "-c", ASK_FROM_A_NEW_PROCESS, base_url], capture_output=True, text=True)
-            for _ in range(2)
-        ]
-        assert [run.stdout.split() for run in runs] == [["40", "41", "42"]] * 2, [run.stderr for run in runs]
-        assert [_ask(base_url, s) for s in ("a", "d")] == ["40", "41"]  # this process counts on its own
+        runs = [[_ask(base_url.replace("/v1", f"/run/{run}/v1"), s) for s in ("a", "b", "c")] for run in ("x", "y")]
+        assert runs == [["40", "41", "42"]] * 2
+        assert [_ask(base_url, s) for s in ("a", "d")] == ["40", "41"]
+        assert [_ask(base_url.replace("/v1", "/run/x/v1"), s) for s in ("d", "a")] == ["43", "40"]  # x goes on
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
 
 
 @pytest.mark.slow
-def test_the_same_vf_eval_command_twice_against_one_server_gets_the_same_rewards(tmp_path):
-    """As docs/writing-envs.md promises: rollout k of each task gets the k-th reply in every run,
-    so each task's rewards repeat (episodes finish in any order, so they are compared sorted)."""
+def test_two_named_vf_eval_runs_against_one_server_get_the_same_rewards(tmp_path):
+    """As docs/writing-envs.md promises: rollout k of each task gets the k-th reply in every run
+    that names itself in its base URL, so each task's rewards repeat (episodes finish in any
+    order, so they are compared sorted)."""
     process = _serve("--reply", "391", "--reply", "400", "--reply", "12", "--reply", "no idea")
     try:
         base_url = process.stdout.readline().strip()
         args = ["stepwise-refine", "-n", "2", "-r", "3", "--env.max-turns", "2"]
-        runs = [run_vf_eval(args, base_url, output_dir=tmp_path / str(i), env={"HOME": str(tmp_path)}) for i in (1, 2)]
+        runs = [
+            run_vf_eval(
+                args, base_url.replace("/v1", f"/run/{i}/v1"), output_dir=tmp_path / str(i), env={"HOME": str(tmp_path)}
+            )
+            for i in (1, 2)
+        ]
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0

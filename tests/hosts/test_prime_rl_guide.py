@@ -42,8 +42,10 @@ PROVIDED = {
     "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
 }
 NOT_RUN = {
-    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": "network; the stage reads the extracted tree",
-    f"git checkout {COMMIT}": "the tree the stage reads is this commit (test_the_guide_checks_out_the_tested_commit…)",
+    "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": (
+        "network; the stage reads the commit's extracted tree"
+    ),
+    f"git checkout {COMMIT}": "the tree the stage reads is this commit (test_the_guide_checks_out_the_tested…)",
     "git submodule update --init -- deps/verifiers deps/renderers deps/prime-envs deps/pydantic-config": (
         "network; the stage installs verifiers a60a606 from its extracted tree"
     ),
@@ -104,7 +106,8 @@ def test_the_guide_checks_out_the_tested_commit_on_prime_rls_python():
     # the tree the tests run on is the commit the guide checks out: a git checkout's HEAD, or an
     # extracted tree named for its commit as docs/contributing.md lays the upstream folder out
     if (checkout / ".git").exists():
-        assert subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() == COMMIT
+        head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert head.stdout.strip() == COMMIT
     else:
         assert checkout.name == f"prime-rl-{COMMIT[:7]}"
     requires = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["requires-python"]
@@ -181,7 +184,8 @@ def test_the_guides_cpu_commands_run_as_written(guide_dir):
         # Up means the env server and its interception pool: a Ctrl-C while the pool still starts
         # can leave the server hung (seen under load), which is not what the guide's user does.
         deadline = time.monotonic() + 180
-        while not all(line in log.read_text() for line in ("EnvServer up: taskset=stepwise-refine", "interception pool:")):
+        up = ("EnvServer up: taskset=stepwise-refine", "interception pool:")
+        while not all(line in log.read_text() for line in up):
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
     finally:

@@ -50,6 +50,19 @@ PLANS = PerRollout(
 )
 
 
+def restated(k: int):
+    """The reply that restates the sum and gives its answer off by ``k``: ``10 + 2 = 12``."""
+    return lambda c: f" {QUESTION.search(c.messages[-1]['content']).group(0)} {answer(c) + k}"
+
+
+# An honest reply that restates the sum, right at once; a forged one that restates it with two
+# results (`10 + 2 = 13 or = 11`: one is read, the last), then a third (`= 11 = 12`), read as 12.
+RESTATED = PerRollout(
+    [restated(0)],
+    [lambda c: f"{restated(1)(c)} or = {answer(c) - 1}", lambda c: f" = {answer(c) - 1} = {answer(c)}"],
+)
+
+
 def test_the_bundle_registers_its_env_id():
     assert available_environments()["stepwise-sums"] == "stepwise_sums"
     assert vf.environment_class("stepwise-sums") is SumsEnv
@@ -91,9 +104,10 @@ def test_the_ranges_set_the_pairs_and_bad_ranges_are_refused():
 @pytest.mark.parametrize(
     "reply, value",
     [(" 12", 12), ("12\n", 12), (" 12.", 12), ("-3", -3), (" 12.5", None), ("twelve", None), ("", None),
-     (None, None), (" 12 or 13", 12), ("x 12", None)],
+     (None, None), (" 12 or 13", 12), ("x 12", None), (" 26 + 4 = 30", 30), (" = 13 = 12", 12),
+     ("26 + 4 = 30 or 31", 30), (" 26 + 4 =", None), ("= 29.5", None)],
 )  # fmt: skip
-def test_the_answer_is_the_first_integer(reply, value):
+def test_the_answer_is_the_first_integer_after_the_last_equals_sign(reply, value):
     assert answer_of(reply) == value
 
 
@@ -107,7 +121,7 @@ async def test_each_turn_is_scored_and_a_hint_follows_a_wrong_answer():
         )
         requests = server.chat_requests
     rewards = sorted([read_turns(e.traces[0]).rewards for e in group], key=lambda r: (len(r), r))
-    assert rewards == [[1.0], [0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    assert rewards == [[1.0], [-1.0, 1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]]
     assert sorted(e.traces[0].reward for e in group) == [0.0, 0.0, 1.0, 1.0, 1.0]  # the last answer's
     followups = {r["messages"][-1]["content"] for r in requests if len(r["messages"]) > 2}
     assert followups == {"too high. 10 + 2 =", "too low. 10 + 2 =", "no number. 10 + 2 ="}
@@ -164,3 +178,14 @@ def test_vf_eval_runs_closeness_and_hedges_earn_no_more_than_their_first_number(
     assert len(run.episodes) == 5 and all(e.traces[0].ok for e in run.episodes)
     expected = sorted(CLOSENESS_REWARDS, key=lambda r: (len(r), r))
     assert closeness_rewards(run.episodes) == [pytest.approx(r) for r in expected]
+
+
+@pytest.mark.slow
+def test_vf_eval_reads_an_honest_restatement_as_its_result_and_a_forged_one_as_one_answer(tmp_path):
+    with ModelServer(scripted({"Sums.": RESTATED})) as server:
+        run = run_vf_eval(["stepwise-sums", "-n", "1", "-r", "2"], server.base_url, output_dir=tmp_path,
+                          env={"HOME": str(tmp_path)})  # fmt: skip
+    rewards = sorted(read_turns(e.traces[0]).rewards for e in run.episodes)
+    # honest: right at once (it was read as 10, a wrong answer, before); forged: its two results
+    # read as the last one, wrong, then a plain right answer
+    assert rewards == [[-1.0, 1.0], [1.0]]

@@ -15,41 +15,24 @@ lose their reasoning (``reasoning_content``/``reasoning_details`` and ``<think>â
 text) before the model sees them; the current turn, tool loop included, keeps its own. The
 graph then forks at the first rewritten message, so each turn ends on its own branch.
 
-Model errors: HTTP 408/5xx answers, broken streams and transport errors are retried
-(``max_retries``, exponential ``retry_backoff``) with the ``x-stainless-retry-count`` header the
-interception server's replay guard keys on; any other 4xx ends the segment at once, and the
-rollout records the interception's own account of the failure, status and message.
-
-A streamed attempt that the interception answered with a failure (an error status, or an
-error event in the stream it had committed) is retried without streaming. Verifiers 0.4.0's
-interception relays an upstream error answered before the stream starts with its status, but
-reads a 200 stream that carries a ``data: {"error": ...}`` event and then ends (llama.cpp does
-so for a request past its context) as ``upstream stream ended before its terminal event``
-(502, the event dropped; ``_collect_stream``). A plain request gets the upstream's status and
-body relayed (``EvalClient._request``), so the one retry puts e.g. ``upstream 400: ... context
-size`` on the trace, and a 400 is not retried again. A failed attempt commits no turn, so the
-changed body cannot commit one twice; a stream cut short (transport error, no ``[DONE]``) may
-have been committed and is retried unchanged, for the interception's replay guard (keyed on
-the body) to serve that turn. With ``max_retries=0`` the 502 stays the error.
-
-Rate limits: a 429 is retried for as long as the call's deadline allows (not counted against
-``max_retries``), after its ``Retry-After`` when the endpoint sends one, else after the
-back-off (``retry_backoff`` doubling per 429, at most 8 s); a wait that would pass the
-deadline ends the call at once with the 429. The interception (0.4.0) answers an upstream 429
-with its own JSON error and drops the upstream's ``Retry-After``, so through ``vf-eval`` the
-back-off is what waits: the upstream may be asked again sooner than it said, but the waits
-double, so a rate-limited call sends a few requests, not one per ``retry_backoff``.
-
-Deadlines: a model call ends at ``call_timeout`` (every attempt and wait included) and no call
-runs past the rollout's ``episode_timeout``, however many keepalives arrive: the interception
-server keeps a slow stream alive with one every 3 s, so ``request_timeout`` (per read) never
-fires on it. A call past its deadline raises ``ModelCallError`` (status 408), which the rollout
-records as its error; earlier turns keep what they recorded and the run goes on.
+Model calls go through the OpenAI SDK's client (``openai.AsyncOpenAI``), as verifiers' own
+harnesses do: its per-read timeout (``request_timeout``), its retries of a 408, a 5xx or a
+transport error (``max_retries``; its back-off, 0.5 s doubling to 8 s, jittered), its SSE
+decoding, and its ``x-stainless-retry-count`` header, on which the interception's replay guard
+keys. :meth:`ChatSession._attempts` adds what the interception needs and the SDK cannot do,
+each commented where it applies: a streamed attempt the interception failed is retried without
+streaming (that gets the upstream's own error through verifiers 0.4.0), one that broke after its
+answer began is retried unchanged (for the replay guard), a 429 is waited out until the call's
+deadline (not counted in ``max_retries``), and the call as a whole ends at ``call_timeout`` and
+at the rollout's ``episode_timeout``, which the per-read timeout cannot do: the interception
+keeps a slow stream alive with a keepalive every 3 s. A call past its deadline raises
+``ModelCallError`` (408), which the rollout records as its error; earlier turns keep what they
+recorded and the run goes on.
 
 Runs on verifiers 0.3.1, a60a606 and 0.4.x; MCP tool servers need 0.4.x
 (``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``,
-``harnesses/null``, ``harnesses/utils``, ``interception/server.py``, ``clients/eval.py``,
-``dialects/chat.py``).
+``harnesses/null``, ``harnesses/utils/core.py``, ``interception/server.py``,
+``clients/eval.py``, ``dialects/chat.py``) and openai 2.54 (``_base_client.py``, ``_streaming.py``).
 """
 
 from __future__ import annotations
@@ -68,9 +51,9 @@ from typing import Any
 
 import certifi
 import httpx
+import openai
 import verifiers.v1 as vf
 from pydantic import Field
-from verifiers.v1.dialects.base import is_sse_done_event, parse_sse_event
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
@@ -139,14 +122,16 @@ class StepwiseChatConfig(vf.HarnessConfig):
     exclude_think: bool = False
     """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
     max_retries: int = Field(2, ge=0)
-    """Retries of a model call answered with 408/5xx, a broken stream or a transport error (not
-    streamed). A 429 (rate limit) is retried until ``call_timeout``, after its ``Retry-After``
-    when given, else after the back-off."""
+    """Retries of a model call answered with 408 or 5xx, broken after its answer began, or
+    failed in transport: the OpenAI SDK's ``max_retries``, shared with the harness's own retries
+    of a stream (module docstring). A 429 (rate limit) is retried until the call's deadline
+    instead, after its ``Retry-After`` when given, else after ``retry_backoff``."""
     retry_backoff: float = Field(0.5, ge=0)
-    """Seconds before the first retry; doubled for each further one, at most 8 s (429s and other
-    failures keep separate counts)."""
+    """Seconds before the harness's own first retry (of a 429, or of a failed stream); doubled
+    for each further one, at most 8 s (429s and streams keep separate counts). The SDK's retries
+    wait its own back-off."""
     request_timeout: float | None = Field(None, gt=0)
-    """Seconds httpx waits for each read of a model call (None: no read timeout). The
+    """Seconds the SDK waits for each read of a model call (None: no read timeout). The
     interception server's keepalives reset it, so it cannot end a call: ``call_timeout`` does."""
     call_timeout: float | None = Field(600.0, gt=0)
     """Seconds one model call may take in total: every attempt and every wait between them,
@@ -158,29 +143,14 @@ class StepwiseChatConfig(vf.HarnessConfig):
 class ModelCallError(RuntimeError):
     """The interception endpoint refused or failed a model call."""
 
-    def __init__(
-        self, message: str, status_code: int | None = None, retry_after: float | None = None, reported: bool = False
-    ) -> None:
+    def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
-        self.retry_after = retry_after
-        """Seconds the endpoint asked to wait (its ``Retry-After`` header), if it said."""
-        self.reported = reported
-        """The endpoint itself answered with the failure (an error status or an error event in
-        its stream), so the interception committed no turn for the attempt."""
 
     @property
     def retryable(self) -> bool:
         """Transport-level failures, 408, 429 and 5xx; any other 4xx would fail again."""
         return self.status_code is None or self.status_code in (408, 429) or self.status_code >= 500
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """A ``Retry-After`` in seconds (the HTTP-date form is not used by model servers)."""
-    try:
-        return max(0.0, float(headers["retry-after"]))
-    except (KeyError, ValueError):
-        return None
 
 
 def strip_think(message: vf.AssistantMessage) -> vf.AssistantMessage:
@@ -273,7 +243,7 @@ class ChatSession(vf.HarnessSession):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stack = AsyncExitStack()
-        self._http: httpx.AsyncClient | None = None
+        self._openai: openai.AsyncOpenAI | None = None
         self._tools: list[dict] = []
         self._dispatch: dict[str, tuple[str, str]] = {}
         self._servers: dict = {}
@@ -283,14 +253,14 @@ class ChatSession(vf.HarnessSession):
         return self.harness.config
 
     @property
-    def _client(self) -> httpx.AsyncClient:
-        """The HTTP client, opened by the first ``_run``."""
-        if self._http is None:
-            raise RuntimeError("the chat session's HTTP client is used before the session is open")
-        return self._http
+    def _client(self) -> openai.AsyncOpenAI:
+        """The interception endpoint's client, opened by the first ``_run``."""
+        if self._openai is None:
+            raise RuntimeError("the chat session's client is used before the session is open")
+        return self._openai
 
     async def _run(self, messages: vf.Messages | None) -> vf.ProgramResult:
-        if self._http is None:
+        if self._openai is None:
             await self._open()
         conversation = self._conversation(messages)
         while True:
@@ -306,8 +276,16 @@ class ChatSession(vf.HarnessSession):
         await super().close()
 
     async def _open(self) -> None:
-        self._http = await self._stack.enter_async_context(
-            httpx.AsyncClient(timeout=httpx.Timeout(self.config.request_timeout, connect=5.0), verify=_ssl_context())
+        self._openai = await self._stack.enter_async_context(
+            openai.AsyncOpenAI(
+                base_url=self.endpoint,
+                api_key=self.secret,
+                max_retries=self.config.max_retries,
+                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0),
+                http_client=openai.DefaultAsyncHttpxClient(
+                    verify=_ssl_context(), event_hooks={"response": [_final_for_the_sdk]}
+                ),
+            )
         )
         if self.mcp_urls:
             require_mcp_tools(self.mcp_urls)
@@ -344,7 +322,9 @@ class ChatSession(vf.HarnessSession):
         return [message_to_wire(m) for m in context]
 
     async def _complete(self, conversation: list[dict]) -> vf.Response:
-        """One model call, retries included, within its deadline (``_deadline``)."""
+        """One model call, retries included, within its deadline (``_deadline``). The SDK's
+        timeout bounds each read of one attempt, and the interception's keepalives keep every
+        read short, so the call's own deadline is this ``asyncio.timeout``."""
         body: dict[str, Any] = {"model": self.ctx.model, "messages": conversation}
         if self._tools:
             body["tools"] = self._tools
@@ -370,32 +350,50 @@ class ChatSession(vf.HarnessSession):
         return min(limits)
 
     async def _attempts(self, body: dict, deadline: float) -> vf.Response:
-        """Send ``body`` until it is answered: after a 429 until the deadline, after any other
-        retryable failure ``max_retries`` times, each retry after its wait (``_backoff``, or the
-        429's ``Retry-After``). A streamed attempt the endpoint failed is retried without
-        streaming, one cut short as it was (see the module docstring)."""
+        """Send ``body`` until it is answered: the SDK's retries, and ours (module docstring),
+        which share ``max_retries`` with them; 429s are waited out until ``deadline``."""
         stream = self.config.stream
-        attempt = failures = limited = 0
+        attempt = retries = limited = 0
         while True:
-            headers = {"Authorization": f"Bearer {self.secret}"}
-            if attempt:
-                headers[RETRY_COUNT_HEADER] = str(attempt)
+            # Our retries say so as the SDK's do: the interception's replay guard serves a turn it
+            # committed to a request that repeats its body with a retry count above 0.
+            headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
             try:
-                return await self._send(body, headers, stream)
-            except (ModelCallError, httpx.TransportError) as error:
-                failure = error
-            if isinstance(failure, ModelCallError) and failure.status_code == 429:
-                wait = self._backoff(limited) if failure.retry_after is None else failure.retry_after
+                if stream:
+                    return await self._streamed(body, headers)
+                answer = await self._client.with_options(
+                    max_retries=self.config.max_retries - retries
+                ).chat.completions.with_raw_response.create(**body, extra_headers=headers)
+                retries += answer.retries_taken
+                return _DIALECT.parse_response(_DIALECT.validate_response(json.loads(answer.text)))
+            except openai.RateLimitError as error:
+                # The SDK would count a 429 against max_retries and sleep a Retry-After of up to two
+                # minutes whatever the deadline (it is told not to retry one: _final_for_the_sdk).
+                # verifiers 0.4.0's interception drops the upstream's Retry-After, so through
+                # vf-eval the back-off is what waits.
+                wait = self._backoff(limited) if (after := _retry_after(error.response)) is None else after
                 if time.time() + wait >= deadline:
-                    message = f"{failure} (rate limited: waiting {wait:g} s would pass the deadline)"
-                    raise ModelCallError(message, 429) from failure
+                    message = f"{_message(error)} (rate limited: waiting {wait:g} s would pass the deadline)"
+                    raise ModelCallError(message, 429) from error
                 limited += 1
-            elif (isinstance(failure, ModelCallError) and not failure.retryable) or failures == self.config.max_retries:
-                raise failure
-            else:
-                wait = self._backoff(failures)
-                failures += 1
-                stream = stream and not (isinstance(failure, ModelCallError) and failure.reported)
+            except (openai.APIError, httpx.TransportError, ValueError, ModelCallError) as error:
+                failure = _model_call_error(error)
+                # A plain request's error answers and transport errors were the SDK's to retry.
+                spent = not stream and isinstance(error, openai.APIError)
+                if spent or not failure.retryable or retries >= self.config.max_retries:
+                    raise failure from error
+                # A streamed attempt answered with a failure (a status, or an error event) committed
+                # nothing; its retry is plain, because verifiers 0.4.0's interception relays a plain
+                # request's upstream status and body, but reads a 200 stream that ends in an error
+                # event (llama.cpp's, past its context) as "upstream stream ended before its
+                # terminal event" (502, the event dropped). So the trace gets e.g. "upstream 400:
+                # ... context size", which is not retried again. One that broke after its answer
+                # began (cut short, garbled) may have been committed: it is retried unchanged, for
+                # the replay guard (keyed on the body) to serve that turn.
+                answered = isinstance(error, openai.APIError) and not isinstance(error, openai.APIConnectionError)
+                stream = stream and not answered
+                wait = self._backoff(retries)
+                retries += 1
             await asyncio.sleep(wait)
             attempt += 1
 
@@ -403,21 +401,22 @@ class ChatSession(vf.HarnessSession):
         """Seconds before the retry that follows ``retries`` earlier ones of the same kind."""
         return min(MAX_BACKOFF, self.config.retry_backoff * 2**retries)
 
-    async def _send(self, body: dict, headers: dict[str, str], stream: bool) -> vf.Response:
-        """One attempt: ``body`` as an SSE stream (usage asked for) or for one JSON answer."""
-        if stream:
-            body = body | {"stream": True, "stream_options": {"include_usage": True}}
-        url = f"{self.endpoint}/chat/completions"
-        async with self._client.stream("POST", url, json=body, headers=headers) as response:
-            if response.status_code >= 400:
-                text = _error_text(await response.aread())
-                raise ModelCallError(text, response.status_code, _retry_after(response.headers), reported=True)
-            if stream:
-                return await _read_stream(response)
-            try:
-                return _DIALECT.parse_response(_DIALECT.validate_response(json.loads(await response.aread())))
-            except ValueError as error:
-                raise ModelCallError(f"malformed completion from the interception endpoint: {error}") from error
+    async def _streamed(self, body: dict, headers: dict[str, str] | None) -> vf.Response:
+        """One streamed attempt, without the SDK's retries (``_attempts`` decides), its usage
+        asked for. The reply is assembled by verifiers' own stream parser, the one the
+        interception committed the turn with, so the next request replays that turn as it is
+        on the trace (a message that differs would fork the trace's graph)."""
+        chunks = await self._client.with_options(max_retries=0).chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}, extra_headers=headers
+        )
+        parser = _DIALECT.stream_parser()
+        finished = False
+        async for chunk in chunks:
+            finished = finished or any(choice.finish_reason for choice in chunk.choices)
+            parser.feed(b"data: " + chunk.to_json(indent=None).encode())
+        if not finished:
+            raise ModelCallError("the model stream ended before its last chunk (no finish_reason)")
+        return parser.finish()
 
     async def _tool_result(self, call: vf.ToolCall) -> dict:
         """The tool message answering ``call``: the gate's verdict when it denies the call, else
@@ -445,44 +444,54 @@ class ChatSession(vf.HarnessSession):
         return bound_tool_message({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _gate(self, call: vf.ToolCall, arguments: Any) -> dict:
-        """Ask the rollout's tool gate before running ``call`` (allow, deny or stop)."""
-        response = await self._client.post(
+        """Ask the rollout's tool gate before running ``call`` (allow, deny or stop), once."""
+        verdict = await self._client.post(
             self.tool_interception_url,
-            json={"tool_call_id": call.id, "name": call.name, "arguments": arguments},
-            headers={"Authorization": f"Bearer {self.secret}"},
+            cast_to=dict[str, Any],
+            body={"tool_call_id": call.id, "name": call.name, "arguments": arguments},
+            options={"max_retries": 0},
         )
-        response.raise_for_status()
-        verdict = response.json()
         if verdict["action"] == "stop":
             raise ModelCallError(f"rollout stopped: {verdict['reason']}", 400)
         return verdict
 
 
-async def _read_stream(response: httpx.Response) -> vf.Response:
-    """The completion an SSE answer carries, assembled when ``data: [DONE]`` arrives."""
-    parser = _DIALECT.stream_parser()
-    event: list[str] = []
-    async for line in response.aiter_lines():
-        if line:
-            event.append(line)
-        elif _feed(parser, event):
-            return parser.finish()
-    if _feed(parser, event):  # a last event without its closing blank line
-        return parser.finish()
-    raise ModelCallError("the model stream ended before data: [DONE]")
+async def _final_for_the_sdk(response: httpx.Response) -> None:
+    """Mark the answers the SDK must not retry with its own ``x-should-retry: false``: a 429,
+    which ``_attempts`` waits out up to the call's deadline (the SDK would count it against
+    ``max_retries`` and sleep a ``Retry-After`` of up to two minutes whatever the deadline), and
+    a 409, the interception's "rollout concluded" (the SDK retries a 409 as a lock timeout)."""
+    if response.status_code in (409, 429):
+        response.headers["x-should-retry"] = "false"
 
 
-def _feed(parser: Any, lines: list[str]) -> bool:
-    """Hand one SSE event (its lines, cleared here) to the parser; True at ``data: [DONE]``.
-    An error event (the interception reports a failure after the stream began) raises."""
-    raw = "\n".join(lines).encode()
-    lines.clear()
-    if is_sse_done_event(raw):
-        return True
-    if b'"error"' in raw and "error" in (chunk := parse_sse_event(raw) or {}):
-        raise ModelCallError(_error_message(chunk), reported=True)
-    parser.feed(raw)
-    return False
+def _retry_after(response: httpx.Response) -> float | None:
+    """A ``Retry-After`` in seconds (the HTTP-date form is not used by model servers)."""
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _message(error: openai.APIError) -> str:
+    """The endpoint's own message: the ``message`` of its OpenAI-style error body, if any."""
+    return str(error.body.get("message", error.message) if isinstance(error.body, dict) else error.message)
+
+
+def _model_call_error(error: Exception) -> ModelCallError:
+    """The failure of one attempt as the ``ModelCallError`` a final one raises."""
+    if isinstance(error, openai.APIStatusError):
+        return ModelCallError(_message(error), error.status_code)
+    if isinstance(error, openai.APIConnectionError):  # the transport's own error says which
+        cause = error.__cause__
+        return ModelCallError(f"{error.message} ({type(cause).__name__}: {cause})" if cause else error.message)
+    if isinstance(error, openai.APIError):  # an error event in the stream
+        return ModelCallError(_message(error))
+    if isinstance(error, ModelCallError):
+        return error
+    if isinstance(error, ValueError):
+        return ModelCallError(f"malformed completion from the interception endpoint: {error}")
+    return ModelCallError(f"{type(error).__name__}: {error}")  # the transport failed mid-stream
 
 
 @functools.cache
@@ -490,16 +499,3 @@ def _ssl_context() -> ssl.SSLContext:
     """One context per process: loading the CA bundle takes tens of milliseconds, which a fresh
     httpx client would pay at every rollout (the endpoint is https only behind a tunnel)."""
     return ssl.create_default_context(cafile=certifi.where())
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        return _error_message(json.loads(body))
-    except (ValueError, AttributeError):
-        return body.decode(errors="replace")[:2000] or "empty error body"
-
-
-def _error_message(payload: dict) -> str:
-    """The message of an OpenAI-style ``{"error": ...}`` payload."""
-    error = payload.get("error")
-    return str(error.get("message", error) if isinstance(error, dict) else error)

@@ -13,20 +13,23 @@ Replies come from a script: a function from the request (:class:`ChatCall`) to a
 recognised by its first user message, and its k-th model call (k = assistant messages already
 in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
 prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout.
-A rollout's number k counts the rollouts of its prompt that the same client process sent (see
-:attr:`ChatCall.client`), so each ``vf-eval`` run against one server is numbered from 0 and the
-same command gets the same replies on every run.
-A reply is text, reasoning, tool calls, or one of the faults: ``http_500``, ``http_400`` (a
-request error, not worth retrying), ``http_429`` (rate limited, with ``Retry-After:
-retry_after``), ``timeout`` (no answer until the server stops or ``hang_seconds`` pass),
-``no_done`` (a stream that sends every chunk, then only SSE keepalive comments, never ``data:
-[DONE]``, until ``hang_seconds`` pass), ``stream_error`` (what llama.cpp does when a request
-exceeds its context: a streamed request gets HTTP 200 and one ``data: {"error": {...}}`` event,
-code 400, then the stream ends; a non-streamed one gets the same error as an HTTP 400),
-``malformed_json`` (a body or SSE event that is not
-JSON), ``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
-requests of its call from one client process and then the call is answered normally, which is
-how retries are exercised.
+A rollout's number k counts the rollouts of its prompt in the same run, which the base URL its
+client was given names: ``server.run_url("a")`` (``http://127.0.0.1:<port>/run/a/v1``) is run
+``a``, ``server.base_url`` (``/v1``) the unnamed run. So a run is numbered from 0 on a fresh
+server, or on one left running when it has a name of its own, and gets the same replies each
+time (verifiers 0.4.0 sends no rollout index and no run id: the session is a fresh uuid per
+rollout, and the rollouts of a task send the same messages).
+A reply is text, reasoning, tool calls, or one of the faults (``FAULTS``): ``http_500``,
+``http_400`` (a request error, not worth retrying), ``http_429`` (rate limited, with
+``Retry-After: retry_after``), ``timeout`` (no answer until the server stops or
+``hang_seconds`` pass), ``no_done`` (a stream that sends every chunk, then only SSE keepalive
+comments, never ``data: [DONE]``, until ``hang_seconds`` pass), ``stream_error`` (what
+llama.cpp does when a request exceeds its context: a streamed request gets HTTP 200 and one
+``data: {"error": {...}}`` event, code 400, then the stream ends; a non-streamed one gets the
+same error as an HTTP 400), ``malformed_json`` (a body or SSE event that is not JSON),
+``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
+requests of its call in one run and then the call is answered normally, which is how retries
+are exercised.
 
 ``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
 is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
@@ -41,8 +44,9 @@ prints its base URL (``http://127.0.0.1:8000/v1``) on the first line of stdout a
 SIGINT (Ctrl-C) or SIGTERM, then shuts down and exits 0; it never reads stdin, so it runs under
 ``nohup`` or with stdin closed. ``--port 0`` (the default) takes a free port from the OS. With
 several ``--reply``, rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first
-user message from one client process) gets the k-th reply, cycling, on every call, so the
-rollouts of a task differ and a repeated command gets the same replies.
+user message in one run) gets the k-th reply, cycling, on every call, so the rollouts of a task
+differ; runs against one server are told apart by their base URLs
+(``--client.base-url http://127.0.0.1:8000/run/<name>/v1``).
 ``--until-stdin-closes`` serves until its stdin reaches end of file instead:
 ``with spawned("42") as base_url:`` runs it so from Python, and the process ends with the block
 even if the caller dies.
@@ -54,16 +58,13 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
@@ -93,6 +94,15 @@ class ToolCallReply:
     id: str | None = None
     """Defaults to ``call_<k>_<i>`` for the i-th call of model call k."""
 
+    def wire(self, default_id: str) -> dict:
+        """The call as a chat completion carries it."""
+        arguments = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return {
+            "id": self.id or default_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": arguments},
+        }
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -112,12 +122,8 @@ class ChatCall:
     body: dict
     session: str | None = None
     """The ``X-Session-ID`` header: verifiers sends the rollout's trace id."""
-    client: str | None = None
-    """The process at the other end of the connection (``pid:start time``, read from Linux's
-    ``/proc``; None where it cannot be told): one ``vf-eval`` run. verifiers 0.4.0 sends no rollout
-    index and no run id — the session is a fresh uuid per rollout and the rollouts of a task send
-    the same messages — so a rollout's number among its task's comes from the order its client's
-    sessions arrive in."""
+    run: str | None = None
+    """The run the request's path names (``/run/<run>/v1/...``; None for ``/v1/...``)."""
 
     @property
     def messages(self) -> list[dict]:
@@ -133,15 +139,19 @@ class ChatCall:
         """Which model call of its conversation this is (0 for the first)."""
         return sum(1 for m in self.messages if m.get("role") == "assistant")
 
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
 
 Script = Callable[[ChatCall], "Reply | str"]
 Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 
 class PerRollout:
-    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a client
-    process (:attr:`ChatCall.client`) to reach the server follows ``plans[k % len(plans)]``.
-    Runs from one process (``run_groups`` in a test, twice) share its count; a fresh
+    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a run
+    (:attr:`ChatCall.run`) to reach the server follows ``plans[k % len(plans)]``. Calls in one
+    run (``run_groups`` in a test, twice, against ``server.base_url``) share its count; a fresh
     ``PerRollout`` counts from 0."""
 
     def __init__(self, *plans: Plan) -> None:
@@ -151,7 +161,7 @@ class PerRollout:
 
     def plan(self, call: ChatCall) -> list:
         with self._lock:
-            sessions = self._sessions.setdefault(call.client, {})
+            sessions = self._sessions.setdefault(call.run, {})
             k = sessions.setdefault(call.session, len(sessions))
         return self.plans[k % len(self.plans)]
 
@@ -213,12 +223,13 @@ class ModelServer(ThreadedServer):
         super().__init__(port)
         self._fired: dict[tuple[str | None, str, int], int] = {}
         self._lock = threading.Lock()
-        # Client processes by connection (WeakKeyDictionary: a closed connection's entry goes with it)
-        # and by socket inode, read from /proc at most once per new connection.
-        self._clients: weakref.WeakKeyDictionary[asyncio.BaseTransport, str | None] = weakref.WeakKeyDictionary()
-        self._socket_owners: dict[str, str] = {}
         # What a hanging reply waits on; each start makes a fresh one in the server's loop (_open).
         self._closing = asyncio.Event()
+
+    def run_url(self, run: str) -> str:
+        """The base URL of run ``run``, ``http://127.0.0.1:<port>/run/<run>/v1``: its rollouts
+        are numbered apart from every other run's (:class:`PerRollout`, ``times``)."""
+        return self.base_url.removesuffix("/v1") + f"/run/{run}/v1"
 
     @property
     def chat_requests(self) -> list[dict]:
@@ -233,7 +244,9 @@ class ModelServer(ThreadedServer):
         return [
             web.post("/v1/chat/completions", self._chat),
             web.post("/chat/completions", self._chat),
+            web.post("/run/{run}/v1/chat/completions", self._chat),
             web.get("/v1/models", self._models),
+            web.get("/run/{run}/v1/models", self._models),
         ]
 
     def _stopping(self) -> None:
@@ -253,55 +266,36 @@ class ModelServer(ThreadedServer):
             self._record(request, None)
             return _error(400, "request body is not JSON")
         self._record(request, body)
-        call = ChatCall(body, request.headers.get("X-Session-ID"), self._client(request))
+        call = ChatCall(body, request.headers.get("X-Session-ID"), request.match_info.get("run"))
         reply = self.script(call)
         if isinstance(reply, str):
             reply = Reply(content=reply)
-        stream = bool(body.get("stream"))
         fault = self._fault(call, reply)
-        if fault == "http_500":
-            return _error(500, "scripted fault: internal server error")
-        if fault == "http_400":
-            return _error(400, "scripted fault: the request exceeds the maximum context length")
-        if fault == "http_429":
-            response = _error(429, "scripted fault: rate limited")
-            response.headers["Retry-After"] = f"{self.retry_after:g}"
-            return response
-        if fault == "timeout":
-            try:
-                await asyncio.wait_for(self._closing.wait(), self.hang_seconds)
-            except TimeoutError:
-                pass
-            return _error(504, "scripted fault: answered after the hang")
-        if fault == "stream_error":
-            error = {"error": {"code": 400, "message": CONTEXT_ERROR, "type": "exceed_context_size_error"}}
-            if not stream:
-                return web.json_response(error, status=400)
-            return web.Response(body=b"data: " + json.dumps(error).encode() + b"\n\n", content_type="text/event-stream")
-        if fault == "empty":
-            return web.Response(status=200, content_type="text/event-stream" if stream else "application/json")
-        if fault == "malformed_json":
-            if stream:
-                return web.Response(
-                    body=b'data: {"id": "x", "choices": [\n\ndata: [DONE]\n\n', content_type="text/event-stream"
-                )
-            return web.Response(body=b'{"id": "x", "choices": [', content_type="application/json")
+        if fault is not None:
+            return await FAULTS[fault](self, request, call, reply)
+        return await self._answer(request, call, reply)
+
+    async def _answer(
+        self, request: web.Request, call: ChatCall, reply: Reply, done: bool = True
+    ) -> web.StreamResponse:
+        """The completion, as one JSON body or as SSE chunks ending in ``data: [DONE]`` (without
+        it, ``done=False``: keepalive comments for ``hang_seconds`` instead)."""
         completion = self._completion(call, reply)
         if not self.usage:
             del completion["usage"]
-        if not stream:
+        if not call.stream:
             return web.json_response(completion)
-        include_usage = self.usage and bool((body.get("stream_options") or {}).get("include_usage"))
-        stream_response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await stream_response.prepare(request)
+        include_usage = self.usage and bool((call.body.get("stream_options") or {}).get("include_usage"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
         for chunk in _chunks(completion, include_usage):
-            await stream_response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        if fault == "no_done":
-            await self._keep_alive(stream_response)
-            return stream_response
-        await stream_response.write(b"data: [DONE]\n\n")
-        await stream_response.write_eof()
-        return stream_response
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if not done:
+            await self._keep_alive(response)
+            return response
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _keep_alive(self, response: web.StreamResponse) -> None:
         """SSE comments every 0.1 s, and never the end of the stream, for ``hang_seconds``."""
@@ -310,19 +304,6 @@ class ModelServer(ThreadedServer):
             while time.monotonic() < end and not self._closing.is_set():
                 await response.write(b": keepalive\n\n")
                 await asyncio.sleep(0.1)
-
-    def _client(self, request: web.Request) -> str | None:
-        """The client process of the request's connection (see :attr:`ChatCall.client`)."""
-        transport = request.transport
-        if transport is None:
-            return None
-        if transport not in self._clients:
-            peer, own = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
-            inode = _socket_inode(peer[1], own[1]) if peer and own else None
-            if inode is not None and inode not in self._socket_owners:
-                self._socket_owners = _socket_owners()
-            self._clients[transport] = self._socket_owners.get(inode) if inode else None
-        return self._clients[transport]
 
     def _record(self, request: web.Request, body: dict | None) -> None:
         with self._lock:
@@ -333,7 +314,7 @@ class ModelServer(ThreadedServer):
             return None
         if reply.times is None:
             return reply.fault
-        key = (call.client, call.prompt, call.index)
+        key = (call.run, call.prompt, call.index)
         with self._lock:
             fired = self._fired.get(key, 0)
             self._fired[key] = fired + 1
@@ -351,17 +332,7 @@ class ModelServer(ThreadedServer):
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": tc.id or f"call_{call.index}_{i}",
-                    "type": "function",
-                    "function": {
-                        "name": tc.name,
-                        "arguments": tc.arguments if isinstance(tc.arguments, str) else json.dumps(tc.arguments),
-                    },
-                }
-                for i, tc in enumerate(reply.tool_calls)
-            ]
+            message["tool_calls"] = [tc.wire(f"call_{call.index}_{i}") for i, tc in enumerate(reply.tool_calls)]
         prompt_tokens = sum(_words(_text(m.get("content"))) for m in call.messages)
         completion_tokens = (
             _words(content or "")
@@ -400,20 +371,8 @@ def _chunks(completion: dict, include_usage: bool) -> list[dict]:
         chunks.append(chunk({"content": content[start : start + 16]}))
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call["function"]
-        chunks.append(
-            chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": i,
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": function["name"], "arguments": ""},
-                        }
-                    ]
-                }
-            )
-        )
+        opening = {"index": i, "id": call["id"], "type": "function", "function": function | {"arguments": ""}}
+        chunks.append(chunk({"tool_calls": [opening]}))
         arguments = function["arguments"]
         for start in range(0, len(arguments), 16):
             chunks.append(
@@ -425,8 +384,57 @@ def _chunks(completion: dict, include_usage: bool) -> list[dict]:
     return chunks
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "server_error", "code": status}}, status=status)
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": "server_error", "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _sse_or_json(call: ChatCall, streamed: bytes, plain: bytes, plain_status: int = 200) -> web.Response:
+    """``streamed`` as a 200 event stream to a streamed request, else ``plain`` as a JSON body."""
+    if call.stream:
+        return web.Response(body=streamed, content_type="text/event-stream")
+    return web.Response(body=plain, status=plain_status, content_type="application/json")
+
+
+async def _timeout(server: ModelServer, request: web.Request, call: ChatCall, reply: Reply) -> web.Response:
+    """No answer until the server stops or ``hang_seconds`` pass."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server._closing.wait(), server.hang_seconds)
+    return _error(504, "scripted fault: answered after the hang")
+
+
+_CONTEXT_ERROR = json.dumps({"error": {"code": 400, "message": CONTEXT_ERROR, "type": "exceed_context_size_error"}})
+_TOO_LONG = "scripted fault: the request exceeds the maximum context length"
+_MALFORMED = b'{"id": "x", "choices": ['
+FaultAnswer = Callable[[ModelServer, web.Request, ChatCall, Reply], Awaitable[web.StreamResponse]]
+
+
+def _now(answer: Callable[[ModelServer, ChatCall], web.Response]) -> FaultAnswer:
+    """A fault answered at once, from the server's settings and the request."""
+
+    async def respond(server: ModelServer, request: web.Request, call: ChatCall, reply: Reply) -> web.Response:
+        return answer(server, call)
+
+    return respond
+
+
+FAULTS: dict[Fault, FaultAnswer] = {
+    "http_500": _now(lambda server, call: _error(500, "scripted fault: internal server error")),
+    "http_400": _now(lambda server, call: _error(400, _TOO_LONG)),
+    "http_429": _now(
+        lambda server, call: _error(429, "scripted fault: rate limited", {"Retry-After": f"{server.retry_after:g}"})
+    ),
+    "timeout": _timeout,
+    "no_done": lambda server, request, call, reply: server._answer(request, call, reply, done=False),
+    "stream_error": _now(
+        lambda server, call: _sse_or_json(call, f"data: {_CONTEXT_ERROR}\n\n".encode(), _CONTEXT_ERROR.encode(), 400)
+    ),
+    "malformed_json": _now(
+        lambda server, call: _sse_or_json(call, b"data: " + _MALFORMED + b"\n\ndata: [DONE]\n\n", _MALFORMED)
+    ),
+    "empty": _now(lambda server, call: _sse_or_json(call, b"", b"")),
+}
+"""How each fault is answered (``Reply.fault``)."""
 
 
 def _text(content: Any) -> str:
@@ -439,40 +447,6 @@ def _text(content: Any) -> str:
 
 def _words(text: str) -> int:
     return len(text.split())
-
-
-def _socket_inode(peer_port: int, own_port: int) -> str | None:
-    """The inode of the client's end of a loopback TCP connection (Linux ``/proc/net/tcp``:
-    ``sl local rem st queues tr retrnsmt uid timeout inode``, addresses as ``hex ip:hex port``)."""
-    try:
-        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if int(fields[1].split(":")[1], 16) == peer_port and int(fields[2].split(":")[1], 16) == own_port:
-            return fields[9]
-    return None
-
-
-def _socket_owners() -> dict[str, str]:
-    """Socket inode -> ``pid:start time`` of each process whose descriptors can be read; the start
-    time (``/proc/PID/stat`` field 22) tells a later process that reuses a pid apart."""
-    owners: dict[str, str] = {}
-    for process in Path("/proc").iterdir():
-        try:
-            if not process.name.isdigit():
-                continue
-            client = f"{process.name}:{(process / 'stat').read_text().rsplit(')', 1)[1].split()[19]}"
-            descriptors = list((process / "fd").iterdir())
-        except OSError:  # a process that ended, or another user's
-            continue
-        for descriptor in descriptors:
-            with contextlib.suppress(OSError):  # closed while we read
-                target = os.readlink(descriptor)
-                if target.startswith("socket:["):
-                    owners[target.removeprefix("socket:[").removesuffix("]")] = client
-    return owners
 
 
 @contextlib.contextmanager
@@ -495,8 +469,8 @@ def spawned(reply: str) -> Iterator[str]:
 
 
 def _per_rollout(replies: Sequence[str]) -> Script:
-    """Rollout k of each prompt (the k-th ``X-Session-ID`` of a client process to arrive with that
-    first user message) gets ``replies[k % len(replies)]`` on every call."""
+    """Rollout k of each prompt (the k-th ``X-Session-ID`` of a run to arrive with that first user
+    message) gets ``replies[k % len(replies)]`` on every call."""
     plans: dict[str, PerRollout] = {}
     lock = threading.Lock()
 

@@ -14,12 +14,15 @@ completion-style document::
     ...
     34 + 7 =
 
-A reply's first number is its answer — only that one value is read, so a reply that lists
-several answers scores as its first, and a decimal (``41.5``) is no integer answer; a reply
-with none is wrong. A right answer earns the
-turn reward 1 and ends the episode; a wrong one earns 0 and the user answers ``too high. 34 + 7
-=`` (or ``too low.``, or ``no number.``) and the model tries again. The episode's reward is
-1 when its last answer is right. The shots are drawn per task from the training pairs with the
+A reply's answer is the first integer it states, after its last ``=`` when it restates the sum
+(``26 + 4 = 30`` answers 30) — only that one value is read, so a reply that lists several
+answers scores as its first, and a decimal (``41.5``) is no integer answer; a reply with none
+is wrong. A right answer earns the turn reward 1 and ends the episode; a wrong one earns
+``incorrect_reward`` (−1, as DAPO scores a wrong attempt) and the user answers ``too high. 34 +
+7 =`` (or ``too low.``, or ``no number.``) and the model tries again. The episode's reward is 1
+when its last answer is right. Each wrong try costs, so an episode right at once out-earns one
+right later (with 0 for a wrong try both would earn 1, and a group's credit could not prefer
+being right sooner). The shots are drawn per task from the training pairs with the
 task's own seed, so a task's prompt is the same in every run.
 
 With ``scoring="closeness"`` a turn records a score instead, φ = 1 for the right answer,
@@ -61,8 +64,9 @@ _FIRST_NUMBER = re.compile(r"\s*(-?\d+)(?!\.?\d)")
 
 
 def answer_of(reply: str | None) -> int | None:
-    """The integer a reply opens with (after spaces; ``41.`` is 41, ``41.5`` none), or None."""
-    match = _FIRST_NUMBER.match(reply or "")
+    """The integer a reply states: the first after its last ``=`` if it has one, else the one it
+    opens with (after spaces; ``41.`` is 41, ``41.5`` none), or None."""
+    match = _FIRST_NUMBER.match((reply or "").rpartition("=")[2])
     return int(match.group(1)) if match else None
 
 
@@ -156,12 +160,18 @@ class SumsTaskset(CountedTake, vf.Taskset[SumsTask, SumsTasksetConfig]):
 class SumsConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(3, ge=1)
     scoring: Literal["solved", "closeness"] = "solved"
-    """``solved``: a turn's reward is 1 when right, else 0 (``turn_rewards``). ``closeness``: a
-    turn's score is its answer's closeness (``turn_scores``, module docstring)."""
+    """``solved``: a turn's reward is 1 when right, else ``incorrect_reward`` (``turn_rewards``).
+    ``closeness``: a turn's score is its answer's closeness (``turn_scores``, module docstring)."""
+    incorrect_reward: float = Field(-1.0, allow_inf_nan=False)
+    """A wrong try's reward under ``solved``: −1 as in DAPO; 0 pays only the answer."""
 
 
 class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):
     config: SumsConfig
+
+    def forfeit(self, task: vf.Task, turns: int) -> float:
+        """Tries a limit took away cost what wrong tries cost (a wrong answer's reward each)."""
+        return turns * self.config.incorrect_reward if self.config.scoring == "solved" else 0.0
 
     async def env_response(self, task: vf.Task, turn: Turn) -> TurnResult:
         data = task.data
@@ -171,4 +181,4 @@ class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):
         message = None if right else f"{hint(guess, data.answer)} {question(data.a, data.b)}"
         if self.config.scoring == "closeness":
             return TurnResult(score=closeness(guess, data.answer), message=message)
-        return TurnResult(reward=float(right), message=message)
+        return TurnResult(reward=1.0 if right else self.config.incorrect_reward, message=message)
