@@ -65,3 +65,13 @@ def test_flags_narrow_to_the_env_config():
     assert (config.reward, config.max_turns, config.taskset.task.budget.max_steps) == ("partial", 5, 7)
     with pytest.raises(ValueError, match="reward"):
         vf.resolve_env_config({"taskset": {"id": "stepwise-swe-bench"}, "reward": "sometimes"})
+
+
+def test_bubblewrap_says_at_load_which_caps_it_does_not_enforce(caplog):
+    from stepwise_swe_bench.taskset import SweBenchTaskset, SweBenchTasksetConfig
+
+    config = SweBenchTasksetConfig(id="stepwise-swe-bench", task={"sandbox": {"engine": "bwrap"}})
+    with caplog.at_level("WARNING", logger="stepwise_swe_bench.taskset"):
+        assert len(SweBenchTaskset(config).load()) == 5
+    (record,) = caplog.records
+    assert "does not enforce these caps" in record.message and "disk_mb: not enforced" in record.message

@@ -91,8 +91,7 @@ async def prepare_box(runtime: vf.Runtime, instance: SweInstance, limits: Sandbo
             remove_tree(repo)
             raise
 
-    sandbox: Sandbox = await asyncio.to_thread(local)
-    return BoxRef(limits=limits, repo=str(repo), python=sys.executable), sandbox
+    return BoxRef(limits=limits, repo=str(repo), python=sys.executable), await asyncio.to_thread(local)
 
 
 def open_sandbox(ref: BoxRef) -> Sandbox:

@@ -244,7 +244,9 @@ class BwrapSandbox:
         self._check()
 
     @classmethod
-    def create(cls, repo: Path, limits: SandboxLimits, *, python: Path | None = None, base: Path | None = None):
+    def create(
+        cls, repo: Path, limits: SandboxLimits, *, python: Path | None = None, base: Path | None = None
+    ) -> BwrapSandbox:
         """A sandbox over ``repo`` for a new episode: as root, its cgroup made first."""
         if _privileged():
             _make_cgroup(repo, limits)

@@ -14,7 +14,6 @@ import argparse
 import hashlib
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -66,4 +65,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

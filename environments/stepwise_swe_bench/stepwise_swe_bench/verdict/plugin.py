@@ -105,7 +105,7 @@ def _is_eq(node: Any) -> bool:
 
 
 def _children(node: Any) -> list:
-    out = []
+    out: list = []
     for field in node._fields:
         value = getattr(node, field, None)
         if isinstance(value, list):
@@ -137,7 +137,7 @@ def _rewrite(node: Any, count: list[int]) -> None:
         if isinstance(value, list):
             for at, child in enumerate(value):
                 if type(child) is Assert and _is_eq(child):
-                    test = child.test
+                    test: Any = child.test
                     index = _located(Constant(count[0]), child)
                     count[0] += 1
                     call = Call(_located(Name("_vf_check", Load()), child), [test.left, test.comparators[0], index], [])
@@ -212,7 +212,7 @@ def load(plan: dict) -> None:
 def _from_code(item: Any) -> _Source | None:
     """For a test whose node id does not name where it is defined (inherited, say): its
     definition found from its function's code object (its file and first line)."""
-    function = getattr(item, "obj", None)
+    function: Any = getattr(item, "obj", None)
     while hasattr(function, "__wrapped__"):
         function = function.__wrapped__
     code = getattr(function, "__code__", None)
@@ -462,7 +462,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         factory = None
         if function and source is not None and type(source.definition) is FunctionDef:
             try:
-                factory = _factory(source, item.module)
+                factory = _factory(source, item.module)  # type: ignore[attr-defined]
             except Exception:
                 factory = None
         if factory is None:  # the item as it is: no decoy (unittest, async), or one missing
