@@ -45,6 +45,13 @@ def docker_missing() -> str | None:
     return None
 
 
+def containers() -> set[str]:
+    """The ids of the Docker containers the bundle labels: a run's own are those that appear
+    during it (this process's ``docker cp`` source container lives until it exits)."""
+    done = subprocess.run(["docker", "ps", "-aq", "--filter", "label=stepwise-swe-bench"], capture_output=True)
+    return set(done.stdout.decode().split())
+
+
 def need(engine: str) -> None:
     """Skip (or, under ``STEPWISE_REQUIRE_DOCKER``, fail) a Docker test without an engine."""
     if engine == "docker" and (why := docker_missing()) is not None:

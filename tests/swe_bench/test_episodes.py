@@ -17,7 +17,6 @@ scenarios share a run):
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import verifiers.v1 as vf
@@ -28,7 +27,7 @@ from verifiers_stepwise import get_estimator, read_turns, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
-from .conftest import loopback_server, need
+from .conftest import containers, loopback_server, need
 
 # Every test reads the module's one real vf-eval run of SWE episodes (about 40 s).
 pytestmark = pytest.mark.slow
@@ -107,9 +106,11 @@ def run(tmp_path_factory):
     need("docker")
     outside = tmp_path_factory.mktemp("host") / "outside.txt"
     home = tmp_path_factory.mktemp("home")
+    before = containers()
     with loopback_server() as (port, accepted):
         groups = play(outside, port, home)
-    return {"groups": groups, "outside": outside, "accepted": accepted, "home": home}
+    left = containers() - before
+    return {"groups": groups, "outside": outside, "accepted": accepted, "home": home, "left": left}
 
 
 def play(outside, port: int, home) -> list[list]:
@@ -245,5 +246,4 @@ def test_every_episode_is_recorded_and_cleaned_up(run):
     for trace in (episode.traces[0] for group in run["groups"] for episode in group):
         assert 0 < trace.info["swe_bench"]["setup_s"] <= trace.timing.setup.duration < 10
     # The containers (the episodes' and their grading runs') went away with their rollouts.
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=stepwise-swe-bench"], capture_output=True)
-    assert left.stdout.decode().split() == []
+    assert run["left"] == set()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from stepwise_swe_bench.instances import load_instances
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
-from .conftest import need
+from .conftest import containers, need
 from .grading_attacks import VERDICT_FLAGGED, VERDICT_PAYLOADS
 from .kernel_attacks import KEYRING_PROBE, KEYRING_REFUSED, MEMFD
 
@@ -167,6 +166,7 @@ def rollouts(tmp_path_factory) -> dict[str, dict]:
     """Each rollout's trace info and turn rewards, by its name (its first command's marker)."""
     need("docker")
     home = tmp_path_factory.mktemp("home")
+    before = containers()
     flags = [
         "stepwise-swe-bench", "-n", "1", "-r", str(len(PLANS)), "--env.max-turns", "2",
         "--env.taskset.instance-ids", json.dumps([TASK]),
@@ -182,8 +182,7 @@ def rollouts(tmp_path_factory) -> dict[str, dict]:
         name = re.match(r": red-team ([\w-]+)", info["tool_calls"][0]["input"]).group(1)
         found[name] = {**info, "turn_rewards": trace.info["turn_rewards"]}
     assert sorted(found) == sorted(PLANS)
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=stepwise-swe-bench"], capture_output=True)
-    found["left"] = left.stdout.decode().split()
+    found["left"] = containers() - before
     return found
 
 
@@ -244,7 +243,7 @@ def test_the_grading_container_cannot_hand_the_hidden_tests_to_the_model(rollout
 
 
 def test_every_container_is_removed(rollouts):
-    assert rollouts["left"] == []
+    assert rollouts["left"] == set()
 
 
 def test_the_run_is_the_one_documented():

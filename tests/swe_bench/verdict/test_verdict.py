@@ -435,6 +435,21 @@ def test_a_decoy_that_compared_nothing_flags_the_round(tmp_path):
     unrewritten = Path(plugin.__file__).read_text().replace("    _rewrite(definition, [0])\n", "")
     _, why = plugin_run(tmp_path, "def test_one():\n    assert 1 + 1 == 2\n", b"s", unrewritten)
     assert why is not None and "(unchecked)" in why
+    # Every parametrization of a test: they share its definition, rewritten once, so the second
+    # is not read from the rewritten source (which asserts no ``==``). Here the rewrite runs and
+    # the decoy's check records nothing.
+    silenced = Path(plugin.__file__).read_text().replace("held.append(_forged(groups))", "pass")
+    source = "import pytest\n\n\n@pytest.mark.parametrize('x', [1, 2])\ndef test_one(x):\n    assert x == x\n"
+    (tmp_path / "test_it.py").write_text(source)
+    plan = make_plan(["test_it.py::test_one[1]", "test_it.py::test_one[2]"], secret=b"s")
+    payload = json.dumps({**json.loads(plan.payload()), "plugin": silenced}).encode()
+    run = subprocess.run(
+        [sys.executable, "-c", BOOTSTRAP, "-q", "-p", "no:cacheprovider", "test_it.py"],
+        input=payload, cwd=tmp_path, capture_output=True, timeout=120,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )  # fmt: skip
+    _, why = judge(plan, run.stdout.decode(), exit_code=run.returncode)
+    assert why is not None and why.count("(unchecked)") == 2, why
     # An equality only in a branch, or after a return that may come first: nothing is required.
     source = (
         "def test_one():\n    if False:\n        assert 1 == 2\n\n\ndef test_two():\n    return\n    assert 1 == 2\n"

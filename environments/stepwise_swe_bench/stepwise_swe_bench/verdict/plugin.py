@@ -159,7 +159,13 @@ class _Source(NamedTuple):
     """A plain function at module level or in a class without bases: it must have a decoy."""
 
 
+_SOURCED: dict[int, _Source] = {}
+"""Each definition's ``_Source``, by the node's id: rewritten once (parametrized tests share it)."""
+
+
 def _source(definition: Any, path: str, plain: bool) -> _Source:
+    if id(definition) in _SOURCED:
+        return _SOURCED[id(definition)]
     must_compare = False
     for statement in definition.body:
         if _returns(statement):
@@ -168,7 +174,8 @@ def _source(definition: Any, path: str, plain: bool) -> _Source:
             must_compare = True
     _rewrite(definition, [0])
     definition.decorator_list = []
-    return _Source(definition, path, must_compare, plain and type(definition) is FunctionDef)
+    _SOURCED[id(definition)] = _Source(definition, path, must_compare, plain and type(definition) is FunctionDef)
+    return _SOURCED[id(definition)]
 
 
 _TREES: dict[str, Any] = {}
