@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import verifiers.v1 as vf
 
+from tests.docs_shell import run_block, shell_blocks
 from tests.test_registry import make_distribution
 from verifiers_stepwise import RaggedBatch, get_estimator
 from verifiers_stepwise.analysis import report as report_module
@@ -580,6 +581,37 @@ def test_plot_is_a_png_with_one_column_per_config(tmp_path, capsys):
     assert image_two.shape[1] > 1.6 * image_one.shape[1]  # two configs side by side
     assert image_one.shape[0] == image_two.shape[0]
     assert np.ptp(image_one[..., :3]) > 0.5  # drawn on, not blank
+
+
+def test_plot_without_matplotlib_prints_the_tables_then_says_what_the_plot_needs(tmp_path, capsys, monkeypatch):
+    """Issue 37: without matplotlib, ``--plot`` threw the whole analysis away (exit 2, no table).
+    The tables and per-turn rows need no matplotlib: they come out, then one line says what the
+    plot needs, and the exit status is 1 because a file the command was asked for is missing
+    (``vf-stepwise ... --plot x.png && upload x.png`` must not go on)."""
+    for module in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    monkeypatch.delitem(sys.modules, "verifiers_stepwise.analysis.plot", raising=False)
+    traces = write_episodes(tmp_path / "traces.jsonl", rollouts())
+    code, out, err = run(capsys, "advantages", traces, "--plot", tmp_path / "credit.png")
+    assert code == 1
+    assert "mean adv" in out and "plot:" not in out
+    needs = "vf-stepwise --plot needs matplotlib, which is not installed: pip install 'verifiers-stepwise[plot]'"
+    assert err.splitlines() == [f"error: no plot written: {needs}"]
+    assert (tmp_path / "traces.advantages.jsonl").exists() and not (tmp_path / "credit.png").exists()
+
+
+@pytest.mark.slow
+def test_the_guides_first_block_runs_on_the_quickstarts_run(tmp_path):
+    """docs/vf-stepwise.md's first block as written, after the README quickstart's in the same
+    directory (it named ``outputs/<run>/traces.jsonl``, which bash reads as a redirection)."""
+    quickstart = shell_blocks("README.md", after="## Quickstart")[0]
+    (guide,) = shell_blocks("docs/vf-stepwise.md")
+    ran = run_block(quickstart + guide, tmp_path)
+    shown = [" ".join(r.command.split()[:2]) for r in ran]
+    assert shown == ["vf-eval stepwise-refine", "vf-stepwise advantages", "vf-stepwise list", "vf-stepwise advantages"]
+    assert all(r.returncode == 0 for r in ran), ran
+    assert "stepwise" in ran[2].stdout and "mean adv" in ran[3].stdout and "gamma sweep" in ran[3].stdout
+    assert (tmp_path / "credit.png").stat().st_size > 20_000
 
 
 def test_list_shows_estimators_with_fields_and_defaults(capsys):

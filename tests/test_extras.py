@@ -94,24 +94,3 @@ def test_each_feature_module_names_its_extra_when_its_package_is_missing(module)
     result = subprocess.run([sys.executable, "-c", _PROBE, module, hidden], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"MissingExtra: {message}"
-
-
-def test_vf_stepwise_plot_without_matplotlib_fails_before_reading_with_the_install_command(tmp_path):
-    """The check comes with the other settings, before the (possibly long) read of the traces."""
-    code = (
-        "import sys\n"
-        "sys.modules['matplotlib'] = None\n"
-        "from verifiers_stepwise.analysis import cli\n"
-        "sys.exit(cli.main())"
-    )
-    traces = tmp_path / "traces.jsonl"
-    traces.write_text("")
-    result = subprocess.run(
-        [sys.executable, "-c", code, "advantages", str(traces), "--plot", str(tmp_path / "p.png")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    assert "pip install 'verifiers-stepwise[plot]'" in result.stderr
-    assert "no scorable trajectories" not in result.stderr

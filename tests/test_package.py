@@ -49,14 +49,37 @@ def readme_commands(section: str) -> list[str]:
     return [line for line in match.group(1).splitlines() if line.strip() and not line.startswith("#")]
 
 
+CPU_INDEX = " --index-url https://download.pytorch.org/whl/cpu"
+
+
 def test_ci_runs_the_readme_install_and_test_commands():
+    """Line for line, but for torch's index: CI's machines reach PyPI only and keep torch's CPU
+    wheel on local disk (pip's find-links), so CI installs the same version without it."""
     ci = (ROOT / ".ci" / "run").read_text()
     install = [
         line for line in readme_commands("Install for development") if "venv" not in line and "activate" not in line
     ]
     assert install, "README install block is empty"
     for line in install + readme_commands("Run the tests"):
-        assert line in ci, f".ci/run does not run the README's {line!r}"
+        assert line.replace(CPU_INDEX, "") in ci, f".ci/run does not run the README's {line!r}"
+
+
+def test_the_dev_install_takes_torch_from_the_cpu_index_as_the_user_install_does():
+    """Issue 37: ``pip install torch==2.13.0`` takes PyPI's default build elsewhere: CUDA, with its
+    NVIDIA libraries. The dev install names the CPU index, as docs/trl.md's user install does."""
+    (torch,) = [line for line in readme_commands("Install for development") if "torch" in line]
+    assert torch.startswith(f"pip install torch==2.13.0{CPU_INDEX} && pip install -e ")
+    assert f"pip install torch{CPU_INDEX}" in (ROOT / "docs" / "trl.md").read_text()
+
+
+def test_the_trl_commands_output_dir_is_ignored_by_git():
+    """Issue 37: the README's TRL command writes under ``runs/``, which git showed as untracked."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    (output_dir,) = re.findall(r"--output_dir (\S+)", " ".join(readme_commands("## Train a real model")))
+    for path in (f"{output_dir}/log_history.json", "outputs/run/traces.jsonl"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
+        assert done.returncode == 0, f"git does not ignore {path}"
 
 
 def test_ci_lints_type_checks_and_removes_its_venv():
@@ -185,6 +208,35 @@ def test_every_relative_link_in_readme_and_docs_resolves():
             elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file):
                 broken.append(f"{where} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(sorted(set(broken)))
+
+
+def test_every_documented_vf_eval_names_its_model_server_and_does_not_push():
+    """Issue 37: stepwise-sums' README showed ``vf-eval stepwise-sums --env.taskset.split test``,
+    which went to vf-eval's default remote model (90/90 ProviderError) and then tried to push its
+    traces (an error asking for an API key). Every ``vf-eval`` of a shell block in the docs names
+    the endpoint it runs against and keeps its traces local."""
+    bad = []
+    for doc in DOCS:
+        for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S):
+            for command in re.sub(r"\\\n", " ", block).splitlines():
+                if command.strip().startswith("vf-eval") and not {"--client.base-url", "--no-push"} <= set(
+                    command.split()
+                ):
+                    bad.append(f"{doc.relative_to(ROOT)}: {command.strip()}")
+    assert not bad, "vf-eval lines without --client.base-url or --no-push:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("guide", ["prime-rl", "torchtitan", "tinker"])
+def test_each_trainer_guide_says_where_to_get_this_package_before_installing_it(guide):
+    """Issue 37: none named where to get this package (not on PyPI; no clone URL is known) before
+    its first ``pip install``. Each says, first: a checkout of this repository, or wheels built
+    in one (the README's wheel route)."""
+    text = " ".join((ROOT / "docs" / f"{guide}.md").read_text().split())
+    first_install = text.index('install -e "$STEPWISE') if guide != "tinker" else text.index('install "$STEPWISE')
+    before = text[:first_install]
+    assert "verifiers-stepwise is not on PyPI" in before and "checkout of this repository" in before
+    assert "pip wheel --no-deps ." in before
+    assert "# your checkout of this repository" in text[:first_install]
 
 
 def test_tests_named_in_the_docs_exist():

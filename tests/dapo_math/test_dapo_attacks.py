@@ -54,6 +54,10 @@ HEDGES = [
     "Answer: 42 \\text{ (or } 43)",
     "Answer: 42 42",
     "Answer: 4 2",
+    "Answer: 4 square 2",  # DAPO's reference deletes unit words anywhere: 42 there
+    "Answer: 42 cm or 43 cm",
+    "Answer: 42 \\text{ cm}^{43}",  # a power other than 2 or 3 is a value, not a unit's
+    "Answer: 42 cm^2 43",
 ]
 HIDDEN = [
     "Answer: 4\u200b2",  # zero-width space
@@ -96,6 +100,16 @@ def test_honest_variants_of_one_integer_still_count(reply):
     assert check_answer(reply, "42").correct
 
 
+# Issue 36: each scored -1 against 42; DAPO's reference normalization drops these units.
+UNITS = ["42 dollars", "42 degrees", "$42$ cm", "42 \\text{ cm}^2", "42 cm^2", "42\\,\\text{m}^{3}", "42 square feet"]
+
+
+@pytest.mark.parametrize("answer", UNITS)
+def test_an_answer_with_its_unit_counts_as_dapo_counts_it(answer):
+    assert check_answer(f"Answer: {answer}", "42").correct
+    assert not check_answer(f"Answer: {answer}", "2").correct
+
+
 FRAGMENTS = st.sampled_from(
     [
         "Answer:",
@@ -128,6 +142,10 @@ FRAGMENTS = st.sampled_from(
         "４",
         "°",
         "^\\circ",
+        " cm",
+        "square",
+        "^2",
+        "^{3}",
     ]
 )
 
@@ -261,6 +279,10 @@ TWO_VALUES = [
     "0.5 \\text{ or } 0.7",
     "x = \\frac12 \\text{ or } x = \\frac{7}{10}",
 ]
+# A relation ground truth (issue 36): math-verify's verdict alone paid both of the first two.
+RELATION = "x = \\frac{1}{2}"
+RELATION_FORGED = ["0.5000001", "\\frac{1}{2} \\text{, or } \\frac{7}{10}", "x = 0.5000001", "0.49999999999999999999"]
+RELATION_HONEST = ["\\frac{1}{2}", "0.5", "x = 0.5", "x = \\frac12"]
 EXACT = ["0.5", "0.50", "1/2", "\\frac{2}{4}", "\\dfrac12", "-\\frac{-1}{2}", "x = \\frac12", "\\boxed{\\frac12}"]
 EXACT += ["50\\%", "5 \\times 10^{-1}", "2^{-1}", "\\frac{1}{2}\\text{ cm}", "\\{\\frac12\\}", "$\\frac{1}{2}$"]
 
@@ -288,6 +310,13 @@ def test_math_verify_scores_a_hedge_between_two_values_as_wrong_for_both(checker
 def test_math_verify_still_accepts_exact_forms_of_the_rational(checker, answer):
     assert checker.check(answer, HALF).correct, answer
     assert checker.check(answer, "0.5").correct, answer
+
+
+def test_math_verify_matches_a_relation_ground_truth_only_exactly(checker):
+    for answer in RELATION_FORGED:
+        assert not checker.check(answer, RELATION).correct, answer
+    for answer in RELATION_HONEST:
+        assert checker.check(answer, RELATION).correct, answer
 
 
 @pytest.mark.parametrize("hedge", [h.replace("\\frac12", "3").replace("\\frac{1}{2}", "3") for h in TWO_VALUES[2:]])
@@ -495,3 +524,45 @@ def test_vf_eval_math_verify_pays_only_the_exact_rational(tmp_path):
         )
     scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
     assert scored == {HALF: 1.0} | {reply: -1.0 for reply in replies[1:]}
+
+
+@pytest.mark.slow
+def test_vf_eval_math_verify_matches_a_relation_ground_truth_exactly(tmp_path):
+    """Issue 36: a ground truth written as a relation got no exact check, so the near miss and
+    the hedge scored +1; through the real ``vf-eval``, the honest answers beside them."""
+    problem = "Solve 2x = 1 for x."
+    path = tmp_path / "relation.jsonl"
+    path.write_text(json.dumps({"id": "relation", "problem": problem, "answer": RELATION}) + "\n")
+    replies = RELATION_HONEST[:2] + RELATION_FORGED[:2]
+    plan = PerRollout(*([f"Answer: {reply}"] for reply in replies))
+    with ModelServer(scripted({problem: plan})) as server:
+        run = run_vf_eval(
+            ["stepwise-dapo-math", "-n", "1", "-r", str(len(replies)), "--env.taskset.path", str(path)]
+            + ["--env.taskset.task.verifier", "math_verify"],
+            server.base_url,
+            output_dir=tmp_path / "outputs",
+            env={"HOME": str(tmp_path)},
+        )
+    scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
+    assert scored == {reply: 1.0 for reply in replies[:2]} | {reply: -1.0 for reply in replies[2:]}
+
+
+@pytest.mark.slow
+def test_vf_eval_pays_an_answer_with_its_unit_and_no_unit_forgery(tmp_path):
+    """Issue 36: honest answers with units scored -1 against 42; through the real ``vf-eval``
+    (the integer verifier, DAPO's default), beside forgeries that use a unit to hide a value."""
+    problem = "How many dollars are 6 times 7 dollars?"
+    path = tmp_path / "units.jsonl"
+    path.write_text(json.dumps({"id": "units", "problem": problem, "answer": "42"}) + "\n")
+    forged = ["4 square 2", "42 cm or 43 cm", "42 \\text{ cm}^{43}"]
+    replies = UNITS[:4] + forged
+    plan = PerRollout(*([f"Answer: {reply}"] for reply in replies))
+    with ModelServer(scripted({problem: plan})) as server:
+        run = run_vf_eval(
+            ["stepwise-dapo-math", "-n", "1", "-r", str(len(replies)), "--env.taskset.path", str(path)],
+            server.base_url,
+            output_dir=tmp_path / "outputs",
+            env={"HOME": str(tmp_path)},
+        )
+    scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
+    assert scored == {reply: 1.0 for reply in UNITS[:4]} | {reply: -1.0 for reply in forged}

@@ -248,8 +248,9 @@ def test_without_usage_the_configured_tokenizer_counts_the_response(byte_tokeniz
 def test_a_tokenizer_that_cannot_load_stops_the_taskset_before_any_episode(name, message, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = DapoMathTasksetConfig(dataset="bundled", task={"overlong": {"enabled": True, "tokenizer": name}})
-    with pytest.raises(TokenizerError, match=f"overlong.tokenizer '{name}'.*{message}"):
+    with pytest.raises(SystemExit, match=f"overlong.tokenizer '{name}'.*{message}") as stop:
         DapoMathTaskset(config).load()
+    assert isinstance(stop.value.__cause__, TokenizerError)
 
 
 async def test_the_readmes_dapo_refine_numbers():

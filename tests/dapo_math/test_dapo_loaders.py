@@ -16,6 +16,7 @@ from stepwise_dapo_math.loaders import (
     PRESETS,
     DatasetError,
     Problem,
+    hub_reachable,
     load_problems,
     select,
 )
@@ -102,6 +103,29 @@ def test_hub_rows_are_read_with_the_preset_repo_and_split(monkeypatch):
     assert calls[-1] == ("math-ai/aime25", None, "test")
     load_problems(config(dataset="someone/other", subset="hard", split="validation"))
     assert calls[-1] == ("someone/other", "hard", "validation")
+
+
+def test_a_hub_that_does_not_answer_is_read_from_the_cache_in_offline_mode(monkeypatch):
+    """One probe, no retries: ``datasets`` is asked for the dataset in its offline mode (the
+    cache only) when the hub does not answer, and both libraries' flags are restored after."""
+    import datasets
+    import datasets.config
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing answers
+    seen = []
+
+    def cached_only(repo, subset, split):
+        seen.append((constants.is_offline_mode(), datasets.config.HF_HUB_OFFLINE))
+        return datasets.Dataset.from_list(DAPO_ROWS)
+
+    monkeypatch.setattr(datasets, "load_dataset", cached_only)
+    assert not hub_reachable()
+    assert [p.id for p in load_problems(config())] == ["uuid-1", "uuid-2"]
+    assert seen == [(True, True)]
+    assert not constants.HF_HUB_OFFLINE and not datasets.config.HF_HUB_OFFLINE
 
 
 def test_presets_name_aime_style_sets():

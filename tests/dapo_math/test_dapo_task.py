@@ -96,16 +96,18 @@ def test_the_integer_verifier_rejects_a_symbolic_ground_truth_at_load(tmp_path):
         + json.dumps({"id": "half", "problem": "1/2?", "answer": "\\frac{1}{2}"})
         + "\n"
     )
-    with pytest.raises(DatasetError, match=r"'half'.*not an integer.*math_verify"):
+    with pytest.raises(SystemExit, match=r"^stepwise-dapo-math: .*'half'.*not an integer.*math_verify") as stop:
         DapoMathTaskset(DapoMathTasksetConfig(id="stepwise-dapo-math", path=path)).load()
+    assert isinstance(stop.value.__cause__, DatasetError)
     config = DapoMathTasksetConfig(id="stepwise-dapo-math", path=path, task=DapoMathTaskConfig(verifier="math_verify"))
     assert [t.key for t in DapoMathTaskset(config).load()] == ["ok", "half"]
 
 
 def test_an_empty_selection_is_an_error(tmp_path):
     config = DapoMathTasksetConfig(id="stepwise-dapo-math", dataset="bundled", split="nope")
-    with pytest.raises(DatasetError, match="no problems selected.*split='nope'"):
+    with pytest.raises(SystemExit, match="no problems selected.*split='nope'") as stop:
         DapoMathTaskset(config).load()
+    assert isinstance(stop.value.__cause__, DatasetError)
 
 
 def test_tasks_carry_the_problem_and_a_durable_key():

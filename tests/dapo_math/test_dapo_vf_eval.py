@@ -4,6 +4,7 @@ server, offline, on the bundled data; then the stepwise estimator on the traces 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,27 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
         assert [c.advantages for c in score_group(group, "stepwise")] == [
             c.advantages for c in score_group(group, get_estimator("grpo", scale="none"))
         ]
+
+
+@pytest.mark.slow
+def test_vf_eval_falls_back_at_once_when_the_hub_does_not_answer(server, tmp_path):
+    """Issue 37: not told to be offline, ``vf-eval`` spent 23 s in huggingface_hub's retries (five,
+    1 to 8 s apart) before the fallback warning. One probe of the hub decides now: a hub that
+    does not answer is read from the cache only, and the run falls back without a retry."""
+    with socket.socket() as probe:  # a port nothing listens on once the socket closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    hub = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    run = run_vf_eval(
+        ["stepwise-dapo-math", "-n", "1", "-r", "1"],
+        server.base_url,
+        output_dir=tmp_path / "outputs",
+        env={"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), **hub},
+    )
+    printed = run.process.stderr + run.process.stdout
+    assert f"http://127.0.0.1:{port} did not answer within 3 s" in printed
+    assert "running on the bundled offline set" in printed
+    assert "Retrying" not in printed and len(run.episodes) == 1
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ ORCHESTRATOR = f"python -m verifiers_stepwise.hosts.prime_rl orchestrator @ {CON
 RUN = (INSTALL, 'python -c "import verifiers_stepwise.hosts.prime_rl"', DRY_RUN, ENV_SERVER, ORCHESTRATOR)
 PROVIDED = {
     "source .venv/bin/activate": "this interpreter is prime-rl's environment (first on PATH)",
-    "export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout",
+    "export STEPWISE=/path/to/verifiers-stepwise  # your checkout of this repository": "STEPWISE is this checkout",
 }
 NOT_RUN = {
     "git clone https://github.com/PrimeIntellect-ai/prime-rl.git && cd prime-rl": (
@@ -50,7 +50,7 @@ NOT_RUN = {
         "network; the stage installs verifiers a60a606 from its extracted tree"
     ),
     "uv sync --all-extras": "network and prime-rl's CUDA wheels (vLLM, flash-attn)",
-    "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml": "the training run: 2 GPUs",
+    "python -m verifiers_stepwise.hosts.prime_rl rl @ rl.toml  # needs the 2 GPUs and steps 1 to 4": "the training run",
 }
 
 
@@ -203,3 +203,44 @@ def test_the_guides_cpu_commands_run_as_written(guide_dir):
     assert done.returncode != 0
     assert "validation error" not in output and "ConfigFileError" not in output, output[-3000:]
     assert "No module named 'modelexpress'" in output and "No module named 'modelexpress'" in run_it(), output[-3000:]
+
+
+def prime_rl_source() -> Path:
+    """prime-rl 559b447's tree: ``STEPWISE_PRIME_RL``, else the upstream folder's copy."""
+    upstream = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "verifiers-stepwise", "upstream")
+    checkout = Path(
+        os.environ.get(PRIME_RL_VAR) or Path(os.environ.get("STEPWISE_UPSTREAM", upstream), "prime-rl-559b447")
+    )
+    if not (checkout / "src" / "prime_rl").is_dir():
+        pytest.skip(f"no prime-rl sources at {checkout} (docs/contributing.md says how to provide them)")
+    return checkout / "src" / "prime_rl"
+
+
+def test_what_a_healthy_run_prints_is_what_prime_rl_prints():
+    """The guide's "What a healthy run prints", held to prime-rl 559b447's own source: each message
+    and step-line field it quotes is printed there, and each W&B key it names is built there."""
+    source = prime_rl_source()
+    orchestrator = (source / "orchestrator" / "orchestrator.py").read_text()
+    trainer = (source / "trainer" / "rl" / "train.py").read_text()
+    launcher = (source / "entrypoints" / "rl.py").read_text()
+    metrics = (source / "orchestrator" / "metrics.py").read_text()
+    text = run_it()
+    section = text[text.index("### What a healthy run prints") :]
+    flat = " ".join(section.split())
+    assert "Startup complete. Showing orchestrator logs..." in flat and "Startup complete. Showing" in launcher
+    for message in ("Starting orchestrator (algorithm:", "Train environment(s) ready", "Policy inference pool ready"):
+        assert message in flat and message in orchestrator, message
+    assert 'f"Starting orchestrator loop (max_steps=' in orchestrator
+    step = re.search(r"```\n(Step <n> \| .*?)\n```", section).group(1)
+    for field in re.findall(r"\| ([A-Z][\w. -]+?) <", step):
+        assert f"{field} {{" in orchestrator, field
+    for field in ("Loss", "Entropy", "Mismatch KL", "Grad. Norm", "LR", "Throughput", "MFU", "Peak Mem."):
+        assert f"| {field} " in flat and f"{field} {{" in trainer, field
+    # W&B: train/agg/{subset}/{agent}/{metric}/{stat}, built by EpisodeMetrics.to_wandb and Stat.to_dict
+    assert 'prefix="train/agg"' in orchestrator and 'f"{prefix}/{subset}"' in metrics and 'f"{prefix}/mean"' in metrics
+    for key in ("reward", "num_turns", "is_trainable"):
+        assert f"`train/agg/effective/agent/{key}/mean`" in flat
+    assert "`train/agg/all/has_error/mean`" in flat and 'f"{metric_prefix}/has_error/mean"' in metrics
+    for key in ("loss/mean", "entropy/all/mean", "mismatch_kl/all/mean"):
+        assert f"`{key}`" in flat and (f"'{key}'" in trainer or f'"{key}"' in trainer), key
+    assert '"optim/grad_norm"' in trainer

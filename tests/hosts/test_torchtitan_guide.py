@@ -33,11 +33,22 @@ CHECK = 'python -c "import verifiers_stepwise.hosts.torchtitan.config_registry"'
 TRAIN = (
     "python -m torchtitan.experiments.rl.train --module verifiers_stepwise.hosts.torchtitan"
     " --config rl_stepwise_verifiers_dapo_qwen3_4b_math --hf_assets_path checkpoints/Qwen3-4B-Base"
+    "  # needs the 8 GPUs and steps 1 to 3"
 )
 INSTALL = 'pip install -e "$STEPWISE[torchtitan]" -e "$STEPWISE/environments/stepwise_dapo_math"'
 RUN = (INSTALL, CHECK, TRAIN)
-PROVIDED = {"export STEPWISE=/path/to/verifiers-stepwise": "STEPWISE is set to this checkout"}
-NOT_RUN = {"hf download Qwen/Qwen3-4B-Base --local-dir checkpoints/Qwen3-4B-Base": "network, 8 GB"}
+PROVIDED = {"export STEPWISE=/path/to/verifiers-stepwise  # your checkout of this repository": "this checkout"}
+GPU_STACK = "CUDA-only wheels and nightlies from outside PyPI"
+NOT_RUN = {
+    "hf download Qwen/Qwen3-4B-Base --local-dir checkpoints/Qwen3-4B-Base": "network, 8 GB",
+    "uv pip install torchmonarch  # GPU machine only, as are the next three lines": GPU_STACK,
+    'uv pip install --no-deps "git+https://github.com/meta-pytorch/torchstore.git@main" && '
+    "uv pip install pygtrie portpicker": GPU_STACK,
+    "uv pip install flash-attn-3 --extra-index-url=https://download.pytorch.org/whl/test/cu130  "
+    "# H100/H200; older GPUs use FA2, bundled with torch": GPU_STACK,
+    "uv pip install torch torchvision vllm torchcomms --pre --extra-index-url "
+    "https://download.pytorch.org/whl/nightly/cu130 --index-strategy unsafe-best-match": GPU_STACK,
+}
 
 
 def run_it() -> str:
@@ -133,3 +144,52 @@ def test_the_guides_commands_stop_at_a_gpu_only_package_as_written(tmp_path, use
     assert any(outputs[CHECK].startswith(f"{prefix}{name!r} (a GPU-only package") for name in GPU_ONLY), outputs
     missing = re.fullmatch(r"ModuleNotFoundError: No module named '([\w.]+)'", outputs[TRAIN])
     assert missing and missing[1].split(".")[0] in GPU_ONLY, outputs
+
+
+def test_the_estimator_is_picked_by_name_in_a_recipe_not_on_the_recipes_command_line():
+    """What the guide says of the estimator's name: the recipes' flags list every field of
+    ``stepwise``'s config, so ``--rollouter.advantage.estimator`` keeps ``stepwise`` and another
+    name is refused when the rollouter builds its advantage; ``stepwise_advantage(NAME)`` in a
+    recipe of your own picks any estimator, and its fields are then the flags."""
+    from tests.hosts.test_host_torchtitan_cli import parse
+    from verifiers_stepwise import ConfigError, get_estimator
+    from verifiers_stepwise.hosts.torchtitan import stepwise_advantage
+
+    assert parse("--config", "verifiers_rollouter", "--advantage.estimator", "stepwise").advantage.build()
+    refused = parse("--config", "verifiers_rollouter", "--advantage.estimator", "gigpo").advantage
+    with pytest.raises(ConfigError, match="GiGPO config: field 'aggregation': unknown field"):
+        refused.build()
+    assert "`ConfigError: GiGPO config: field 'aggregation': unknown field; …`" in " ".join(GUIDE.read_text().split())
+    own = stepwise_advantage("gigpo", scale="none")
+    assert own.build().estimator.name == "gigpo"
+    assert set(own.options) == set(get_estimator("gigpo").config.model_dump()) and own.options["scale"] == "none"
+
+
+def test_the_healthy_runs_metric_names_are_the_ones_torchtitan_logs():
+    """Every metric "What a healthy run prints" names comes out of torchtitan 0.3.0's own code:
+    its console's default keys, the rollout metrics it computes (for training and validation)
+    and reduces, and the builder's on a group kept and a group dropped; the DAPO recipe's
+    validation keys are read from its source (importing it needs vLLM)."""
+    from torchtitan.experiments.rl.controller_metrics import compute_rollout_metrics
+    from torchtitan.experiments.rl.observability.metrics import MetricsProcessor
+
+    from tests.hosts.test_host_torchtitan import TurnSpec, builder, component, make_group, score
+
+    right_later = make_group(0, [([TurnSpec(-1.0), TurnSpec(1.0)], 1.0), ([TurnSpec(1.0)], 1.0)])
+    alike = make_group(1, [([TurnSpec(1.0), TurnSpec(0.0)], 0.0)] * 3)
+    kept = builder().build_from_group(rollout_group=score(right_later, component()))
+    dropped = builder().build_from_group(rollout_group=score(alike, component(baseline="per_turn")))
+    rollouts = [*right_later.rollouts, *alike.rollouts]
+    metrics = [*compute_rollout_metrics("rollout", rollouts), *compute_rollout_metrics("validation", rollouts)]
+    logged = set(MetricsProcessor._aggregate_metrics([*metrics, *kept.metrics, *dropped.metrics]))
+    console = set(MetricsProcessor.Config().console_log_keys_train)
+    spec = importlib.util.find_spec("torchtitan")
+    assert spec is not None and spec.submodule_search_locations
+    recipe = Path(spec.submodule_search_locations[0], "experiments/rl/examples/dapo_math/config_registry.py")
+    text = GUIDE.read_text()
+    section = text[text.index("### What a healthy run prints") : text.index("## Verifiers envs on torchtitan")]
+    named = {*re.findall(r"`([a-z_]+(?:/[\w@]+)+)`", section), *re.findall(r"([a-z_]+(?:/[\w@]+)+): <x>", section)}
+    named = {n for n in named if not n.startswith(("experiments/", "outputs/"))}
+    assert len(named) >= 12, named
+    unknown = {n for n in named if n not in logged | console and f'"{n}"' not in recipe.read_text()}
+    assert not unknown, f"the guide names metrics torchtitan does not log: {unknown}"

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_BAD_INPUT = 2
+EXIT_NO_PLOT = 1
+"""``--plot`` without matplotlib: the tables and rows are written, the requested plot is not."""
 
 
 class CommandError(ConfigError):
@@ -112,7 +114,11 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
     )
     adv.add_argument("--gammas", metavar="G,G,...", help="gamma sweep table of the main estimator, e.g. 0,0.4,0.8,1.0")
     adv.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="write per-turn-index distributions of returns and advantages"
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="write per-turn-index distributions of returns and advantages (needs matplotlib, the plot extra; "
+        "without it the tables are printed and the exit status is 1)",
     )
     out = adv.add_mutually_exclusive_group()
     out.add_argument(
@@ -270,13 +276,14 @@ def _advantages(args: argparse.Namespace) -> int:
         sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+    no_plot = None
     if args.plot is not None:
         from verifiers_stepwise.extras import MissingExtra
 
         try:
             from verifiers_stepwise.analysis.plot import plot_credit
-        except MissingExtra as e:
-            raise CommandError(str(e)) from None
+        except MissingExtra as e:  # the tables need no matplotlib: printed, then this, exit 1
+            no_plot, args.plot = f"no plot written: {e}", None
 
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
     from verifiers_stepwise.analysis.tracefile import BadInput
@@ -315,6 +322,9 @@ def _advantages(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         render(_console(), report)
+    if no_plot is not None:
+        print(f"error: {no_plot}", file=sys.stderr)
+        return EXIT_NO_PLOT
     return 0
 
 

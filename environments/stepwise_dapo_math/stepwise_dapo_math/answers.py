@@ -15,8 +15,10 @@ and the answer runs to the end of that line. Without any such line, the content 
 dollar signs at either end (math delimiters or currency), trailing sentence punctuation,
 math delimiters ``\\(\\)`` and ``\\[\\]``, wrappers spanning the whole answer (``\\boxed``,
 ``\\fbox``, ``\\text``, ``\\mathrm``, ``\\mathbf``), a left-hand side without digits up to the
-last ``=`` (``n = 12``; ``x = 3 or x = 4`` states two answers), a trailing ``\\text{unit}`` (one
-without digits: ``42 \\text{ or } \\text{43}`` states two answers, not a unit), degree marks,
+last ``=`` (``n = 12``; ``x = 3 or x = 4`` states two answers), a trailing unit (a
+``\\text{unit}`` without digits (``42 \\text{ or } \\text{43}`` states two answers), or up to
+three of the unit words DAPO's reference normalization deletes, :data:`UNIT_WORDS`: ``42
+dollars``, ``42 square feet``; either with a power 2 or 3, ``42 \\text{ cm}^2``), degree marks,
 LaTeX spacing (``\\,`` ``\\!`` ``\\ `` ``~``) and ``{,}``; then thousands separators when the
 grouping is valid (``1,000,000`` or ``1 000 000``, never ``1,00``), a trailing ``.0...``, and
 unicode minus/plus signs. What is left must be ``[+-]?<decimal digits>`` (any script's decimal
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "UNIT_WORDS",
     "AnswerCheck",
     "check_answer",
     "extract_answer",
@@ -47,7 +50,19 @@ Source = Literal["answer_line", "boxed"]
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _WRAPPERS = re.compile(r"^\\(?:boxed|fbox|text|textbf|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.DOTALL)
-_TRAILING_TEXT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}\d]*\}$")  # a unit has no digits
+# DAPO's reference normalization (verl ``math_dapo.normalize_final_answer``) deletes these words
+# wherever they stand, so ``4 square 2`` reads 42 there; here a run of them is a unit only at the end.
+UNIT_WORDS = (
+    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "sue", "points",
+    "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals", "edges",
+    "students", "childrentickets", "multiples",
+)  # fmt: skip
+_POWER = r"(?:\s*\^\s*(?:[23]|\{\s*[23]\s*\}))?"  # cm^2, \text{ m}^{3}: the unit's power, not a value
+_TRAILING_TEXT = re.compile(rf"\\(?:text|mbox|mathrm)\s*\{{[^{{}}\d]*\}}{_POWER}$")  # a unit has no digits
+_WORD = "(?:" + "|".join(UNIT_WORDS) + ")"
+_TRAILING_WORDS = re.compile(rf"(?<![^\W\d_])(?<!\\){_WORD}(?:\s+{_WORD}){{0,2}}{_POWER}$", re.IGNORECASE)
+_SPACE_BEFORE_UNIT = re.compile(r"(?:\\[,!;: ]|~|\s)+$")
+_UNIT_SPAN = 64  # the tail a unit phrase with its power (or the spacing before it) fits in
 _DEGREES = re.compile(r"(?:\^\s*\{?\\circ\}?|\\circ|\u00b0|\\degree)$")
 _DEGREE_ENDINGS = ("circ", "circ}", "\u00b0", "degree")
 _LATEX_SPACES = re.compile(r"\\[,!;: ]|~|\{,\}")
@@ -165,9 +180,9 @@ def normalize_integer(answer: str) -> str | None:
 
 def peel_answer(answer: str) -> str:
     """The answer without what :func:`normalize_integer` removes around a value (markdown,
-    dollars, end punctuation, delimiters, whole wrappers, ``n =``, a digit-free trailing
-    ``\\text{unit}``, degree marks), unicode minus and plus signs made ASCII. What is removed
-    holds no digit, so it cannot hold a second value."""
+    dollars, end punctuation, delimiters, whole wrappers, ``n =``, a trailing unit, degree
+    marks), unicode minus and plus signs made ASCII. What is removed holds no digit but a unit's
+    power 2 or 3, so it cannot hold a second value."""
     text = answer if answer.isascii() else answer.translate(_SIGNS)
     # Bounded rounds: each is linear, and real answers nest a few wrappers at most.
     for _ in range(_MAX_ROUNDS):
@@ -184,13 +199,25 @@ def peel_answer(answer: str) -> str:
             lhs, rhs = text.rsplit("=", 1)
             if not any(char.isdigit() for char in lhs):  # ``x = 4``; ``x = 3 or x = 4`` holds two values
                 text = rhs
-        if text.endswith("}"):
-            text = _TRAILING_TEXT.sub("", text).rstrip()
+        if text[-1:].isalpha() or text.endswith(("}", "2", "3")):
+            text = _strip_unit(text)
         if text.endswith(_DEGREE_ENDINGS):
             text = _DEGREES.sub("", text).rstrip()
         if text == previous:
             break
     return text
+
+
+def _strip_unit(text: str) -> str:
+    """``text`` without its trailing unit: a digit-free ``\\text{...}`` or a run of up to three
+    :data:`UNIT_WORDS`, either with a power 2 or 3. The words are looked for in the tail only,
+    so the search stays linear however long the answer is."""
+    unit = _TRAILING_TEXT.search(text) or _TRAILING_WORDS.search(text, max(0, len(text) - _UNIT_SPAN))
+    if unit is None:
+        return text
+    head = text[: unit.start()]
+    space = _SPACE_BEFORE_UNIT.search(head, max(0, len(head) - _UNIT_SPAN))  # ``42\,\text{cm}``
+    return head[: space.start()] if space is not None else head
 
 
 def _canonical(sign: str, digits: str) -> str:

@@ -16,6 +16,7 @@ import json
 import random
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,9 +31,11 @@ __all__ = [
     "BUNDLED",
     "BUNDLED_PATH",
     "PRESETS",
+    "HUB_PROBE_TIMEOUT_S",
     "DatasetError",
     "HubPreset",
     "Problem",
+    "hub_reachable",
     "load_problems",
     "read_file",
     "select",
@@ -195,11 +198,25 @@ def read_file(path: Path) -> Iterator[Mapping[str, Any]]:
 
 def hub_rows(repo: str, subset: str | None, split: str) -> Iterator[dict[str, Any]]:
     """Rows of a Hugging Face dataset split, read lazily in batches. Raises ``ConnectionError``
-    right away when the hub cannot be reached and the dataset is not cached (``datasets``
-    does, offline mode included)."""
+    right away when the hub cannot be reached and the dataset is not cached: a hub that does
+    not answer one probe (:func:`hub_reachable`) is read in offline mode, from the cache only
+    (without it, ``huggingface_hub`` retries an unreachable hub for 23 s before giving up)."""
     import datasets
+    from huggingface_hub import constants
 
-    dataset = datasets.load_dataset(repo, subset, split=split)
+    if hub_reachable():
+        dataset = datasets.load_dataset(repo, subset, split=split)
+    else:
+        why = (
+            "offline mode (HF_HUB_OFFLINE)"
+            if constants.HF_HUB_OFFLINE
+            else f"{constants.ENDPOINT} did not answer within {HUB_PROBE_TIMEOUT_S:g} s"
+        )
+        try:
+            with _offline_mode():
+                dataset = datasets.load_dataset(repo, subset, split=split)
+        except ConnectionError as error:
+            raise ConnectionError(f"{why}, and it is not in the local cache") from error
 
     def rows() -> Iterator[dict[str, Any]]:
         for batch in dataset.iter(batch_size=4096):
@@ -208,6 +225,39 @@ def hub_rows(repo: str, subset: str | None, split: str) -> Iterator[dict[str, An
                 yield dict(zip(columns, values))
 
     return rows()
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``) answers one HEAD request within ``timeout``
+    seconds, whatever the status; False at once in offline mode (``HF_HUB_OFFLINE=1``)."""
+    import httpx
+    from huggingface_hub import constants, get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except (httpx.HTTPError, ConnectionError):
+        return False
+    return True
+
+
+@contextmanager
+def _offline_mode() -> Iterator[None]:
+    """``huggingface_hub`` and ``datasets`` in the offline mode ``HF_HUB_OFFLINE=1`` turns on,
+    for this block (both read the variable once, at import, into these two flags)."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
 
 
 def to_problem(

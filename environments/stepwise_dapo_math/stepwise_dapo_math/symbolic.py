@@ -11,16 +11,17 @@ such as ``9^{9^{9^{9}}}`` therefore costs at most ``timeout_s`` and scores as in
 Both sides are parsed the same way: as a LaTeX math span (``$...$``), else as plain text.
 Integer-vs-integer comparisons never reach a worker: :mod:`answers` decides them exactly.
 
-A ground truth that is an exact rational number (``3``, ``\\frac{1}{2}``, ``0.5``) is matched
-only exactly, by two readings that must both accept. math-verify's verdict compares floats with
-a tolerance, and its extraction reads one match of the answer and drops the rest (a trailing
-``\\text{...}`` runs to the end of the answer, so ``\\frac{1}{2} \\text{, or } \\frac{7}{10}`` reads
-as ``\\frac{1}{2}``). So the answer is also read whole (:func:`exact_value`): peeled as the
-integer verifier peels it, nothing that holds a value dropped, parsed by one LaTeX grammar that
-must consume every character, decimals taken at their exact decimal value, and evaluated without
-rounding; it must come to that same rational. Text holding two values reads as a set, a tuple,
-words or a parse error, never as one rational, so a hedge scores as wrong whichever value is
-right, and ``0.5000001`` is not ``1/2``.
+A ground truth that is an exact rational number (``3``, ``\\frac{1}{2}``, ``0.5``, also as a
+relation, ``x = \\frac{1}{2}``, read whole as the answer is) is matched only exactly, by two
+readings that must both accept. math-verify's verdict compares floats with a tolerance (and
+gives a relation no number to compare exactly), and its extraction reads one match of the
+answer and drops the rest (a trailing ``\\text{...}`` runs to the end of the answer, so
+``\\frac{1}{2} \\text{, or } \\frac{7}{10}`` reads as ``\\frac{1}{2}``). So the answer is also
+read whole (:func:`exact_value`): peeled as the integer verifier peels it, nothing that holds a
+value dropped, parsed by one LaTeX grammar that must consume every character, decimals taken
+at their exact decimal value, and evaluated without rounding; it must come to that same
+rational. Text holding two values reads as a set, a tuple, words or a parse error, never as one
+rational, so a hedge scores as wrong whichever value is right, and ``0.5000001`` is not ``1/2``.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def verify_pair(answer: str, gold: str) -> bool:
     if not target or not expected or not verify(expected, target, timeout_seconds=None):
         return False
     exact = _rational(expected[0])
+    if exact is None and _is_relation(expected[0]):  # x = \frac{1}{2}: read whole, it states one value
+        exact = exact_value(gold)
     return exact is None or exact_value(answer) == exact
 
 
@@ -167,6 +170,12 @@ def _rational(expr: Any) -> Any:
         return None
     value = sympy.simplify(expr.xreplace({f: sympy.Rational(str(f)) for f in expr.atoms(sympy.Float)}))
     return value if value.is_Rational else None
+
+
+def _is_relation(expr: Any) -> bool:
+    import sympy
+
+    return isinstance(expr, sympy.core.relational.Relational)
 
 
 def _integer_decision(answer: str, gold: str) -> bool | None:

@@ -27,7 +27,7 @@ from stepwise_dapo_math.config import DapoMathTaskConfig, DapoMathTasksetConfig
 from stepwise_dapo_math.loaders import DatasetError, load_problems
 from stepwise_dapo_math.shaping import overlong_penalty
 from stepwise_dapo_math.symbolic import shared_checker
-from stepwise_dapo_math.tokens import count_tokens, load_tokenizer
+from stepwise_dapo_math.tokens import TokenizerError, count_tokens, load_tokenizer
 from verifiers_stepwise.envs.tasksets import CountedTake
 
 DAPO_TURNS = "dapo_turns"
@@ -192,6 +192,17 @@ class DapoMathTaskset(CountedTake, vf.Taskset[DapoMathTask, DapoMathTasksetConfi
     (``--env.taskset.dataset`` / ``--env.taskset.path``; see :class:`DapoMathTasksetConfig`)."""
 
     def load(self) -> list[DapoMathTask]:
+        """The selected problems as tasks. A source that cannot be read, a bad row, an empty
+        selection or an ``overlong.tokenizer`` that cannot load stops the run here, before any
+        episode, with its one line: ``SystemExit``, as verifiers' own setup errors do (``vf-eval``
+        prints any other exception from a taskset's ``load`` as a traceback). The
+        :class:`DatasetError` or :class:`TokenizerError` is its ``__cause__``."""
+        try:
+            return self._tasks()
+        except (DatasetError, TokenizerError) as error:
+            raise SystemExit(f"stepwise-dapo-math: {error}") from error
+
+    def _tasks(self) -> list[DapoMathTask]:
         overlong = self.config.task.overlong
         if overlong.enabled and overlong.tokenizer:
             load_tokenizer(overlong.tokenizer)  # a name that cannot load stops the run before any episode
