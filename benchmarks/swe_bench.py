@@ -1,18 +1,16 @@
-"""Episode setup and per-round test time of ``stepwise-swe-bench`` on its bundled tasks.
+"""What an episode of ``stepwise-swe-bench`` costs in each sandbox, Docker and bubblewrap
+interleaved round robin in one run, on the bundled tasks:
 
-Setup is what the task's setup hook does: start the ``subprocess`` runtime, put the task's
-repository at its base commit in it and open the bubblewrap sandbox over it; it ends when a
-first sandboxed command (``git rev-parse HEAD``) has answered. Target: median <= 100 ms. This
-is one part of a rollout's setup; ``swe_setup.py`` measures all of it, as ``vf-eval`` times it.
-References measured in the same run: starting an empty bubblewrap sandbox, and ``git clone`` of
-the same repository (the usual way to get a checkout).
+- setup: what task setup does (``box.prepare_box``: the repository at its base commit in its
+  sandbox) until a first command (``git rev-parse HEAD``) has answered, and the episode removed;
+- a command: one ``bash`` call (``true``) in a prepared episode;
+- a graded round: the model's diff read (``model_patch``) and graded (``grade``: a fresh copy,
+  the diff applied and checked, the hidden tests run with the decoy verdict), the gold fix.
 
-The test run per round is one grading: read the model's diff, copy the base checkout, apply the
-diff and check it (``machinery``), apply the hidden tests, run FAIL_TO_PASS and PASS_TO_PASS,
-grade with swebench. Reference: the same pytest run
-directly on the host, without sandbox, copy or git steps.
+Each task and engine has an episode of its own; every repeat visits them all, in reverse order
+on odd repeats. A shared machine's load moves every figure: the line printed first says it.
 
-    python benchmarks/swe_bench.py [--episodes 40] [--gradings 3]
+    python benchmarks/swe_bench.py [--repeats 5] [--engines docker bwrap]
 """
 
 from __future__ import annotations
@@ -20,101 +18,91 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
-from stepwise_swe_bench.box import prepare_box
-from stepwise_swe_bench.fixtures import commit_tree
-from stepwise_swe_bench.grading import grade, model_patch
-from stepwise_swe_bench.instances import FIXTURES, load_instances
+from stepwise_swe_bench import grading
+from stepwise_swe_bench.box import close_box, prepare_box
+from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.limits import SandboxLimits
-from verifiers.v1.runtimes import SubprocessConfig, SubprocessRuntime
 
-# What the sandbox sets for every command, applied to the host reference for a fair comparison.
-HOST_TEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+MEASURES = ("setup", "command", "round")
 
 
-def ms(seconds: list[float]) -> str:
-    p90 = sorted(seconds)[int(0.9 * (len(seconds) - 1))]
-    return f"median {statistics.median(seconds) * 1e3:7.1f} ms  (p90 {p90 * 1e3:7.1f})"
+async def episode(instance, engine: str, workdir: Path):
+    runtime = types.SimpleNamespace(type="subprocess", info=types.SimpleNamespace(id=str(workdir)))
+    return await prepare_box(runtime, instance, SandboxLimits(engine=engine))  # type: ignore[arg-type]
 
 
-async def setup_once(instance, limits: SandboxLimits) -> float:
-    runtime = SubprocessRuntime(SubprocessConfig())
+async def setup(instance, engine: str, workdir: Path) -> float:
+    workdir.mkdir()
     start = time.perf_counter()
-    await runtime.start()
-    _, sandbox = await prepare_box(runtime, instance, limits)
+    ref, sandbox = await episode(instance, engine, workdir)
     head = await sandbox.run("git rev-parse HEAD")
     elapsed = time.perf_counter() - start
     assert head.output.strip() == instance.base_commit, head.output
-    await runtime.stop()
+    await close_box(ref)
     return elapsed
 
 
-def timed(argv: list[str], cwd: Path | None = None, check: bool = True, env: dict | None = None) -> float:
+async def graded_round(instance, sandbox) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, check=check, capture_output=True, env=env)
+    patch = await grading.model_patch(sandbox, instance.base_commit, timeout_s=120)
+    result = await grading.grade(instance, sandbox, patch, timeout_s=120, kept_log_bytes=1 << 20)
+    elapsed = time.perf_counter() - start
+    assert result.resolved and result.tampered is None and result.test_exit_code == 1, result
+    return elapsed
+
+
+async def command(sandbox) -> float:
+    start = time.perf_counter()
+    done = await sandbox.run("true")
+    assert done.exit_code == 0, done.output
     return time.perf_counter() - start
 
 
-async def main() -> None:
+async def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=40)
-    parser.add_argument("--gradings", type=int, default=3, help="per bundled task")
-    args = parser.parse_args()
-    instances = load_instances()
-    limits = SandboxLimits()
-
-    cold = await setup_once(instances[0], limits)  # builds the templates, checks bubblewrap
-    for instance in instances[1:]:
-        await setup_once(instance, limits)
-    setups = [await setup_once(instances[i % len(instances)], limits) for i in range(args.episodes)]
-
-    work = Path(tempfile.mkdtemp(prefix="swe-bench-bench-"))
-    template = work / "template"
-    source = FIXTURES / "tasks" / instances[0].instance_id / "repo"
-    commit_tree(source, template, "base")
-    clones = [
-        timed(["git", "clone", "--quiet", "--no-hardlinks", str(template), str(work / f"c{i}")])
-        for i in range(args.episodes)
-    ]
-    empty = [timed(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"]) for _ in range(args.episodes)]
-
-    gradings, direct = [], []
-    for instance in instances:
-        repo = work / instance.instance_id
-        runtime = SubprocessRuntime(SubprocessConfig())
-        await runtime.start()
-        _, sandbox = await prepare_box(runtime, instance, limits)
-        for _ in range(args.gradings):
-            start = time.perf_counter()
-            patch = await model_patch(sandbox, instance.base_commit, timeout_s=600)
-            await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 22)
-            gradings.append(time.perf_counter() - start)
-        await runtime.stop()
-        commit_tree(FIXTURES / "tasks" / instance.instance_id / "repo", repo, "base")
-        subprocess.run(["git", "apply", "-"], input=instance.test_patch.encode(), cwd=repo, check=True)
-        test_files = sorted({t.split("::")[0] for t in instance.FAIL_TO_PASS + instance.PASS_TO_PASS})
-        for _ in range(args.gradings):
-            # FAIL_TO_PASS fails at the base commit, so pytest exits 1 here as in the grading run.
-            pytest = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *test_files]
-            direct.append(timed(pytest, cwd=repo, check=False, env={**os.environ, **HOST_TEST_ENV}))
-    shutil.rmtree(work, ignore_errors=True)
-
-    setup_median = statistics.median(setups)
-    print(f"episode setup, first in process   {cold * 1e3:7.1f} ms")
-    met = "met" if setup_median <= 0.1 else "MISSED"
-    print(f"episode setup ({args.episodes} episodes)       {ms(setups)}  target <= 100 ms: {met}")
-    print(f"  reference: empty bwrap sandbox  {ms(empty)}  setup = {setup_median / statistics.median(empty):.1f}x")
-    print(f"  reference: git clone of the repo {ms(clones)}  setup = {setup_median / statistics.median(clones):.1f}x")
-    print(f"test run per round ({len(gradings)} gradings)   {ms(gradings)}")
-    grading = statistics.median(gradings) / statistics.median(direct)
-    print(f"  reference: pytest on the host   {ms(direct)}  grading = {grading:.1f}x")
+    parser.add_argument("--repeats", type=int, default=5, help="visits of each task and engine")
+    parser.add_argument("--engines", nargs="+", default=["docker", "bwrap"], choices=["docker", "bwrap"])
+    args = parser.parse_args(argv)
+    print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    times = {engine: {measure: [] for measure in MEASURES} for engine in args.engines}
+    with tempfile.TemporaryDirectory(prefix="swe-bench-") as work:
+        boxes = []
+        for instance in load_instances():
+            for engine in args.engines:
+                workdir = Path(work) / engine / instance.instance_id
+                workdir.mkdir(parents=True)
+                ref, sandbox = await episode(instance, engine, workdir)
+                applied = await sandbox.run("git apply -", stdin=instance.patch.encode())
+                assert applied.exit_code == 0, applied.output
+                boxes.append((instance, engine, ref, sandbox))
+        for instance, _, _, sandbox in boxes:  # warm-up: templates, images, page cache
+            await graded_round(instance, sandbox)
+        for repeat in range(args.repeats):
+            for n, (instance, engine, _, sandbox) in enumerate(boxes if repeat % 2 == 0 else boxes[::-1]):
+                scratch = Path(work) / f"setup-{repeat}-{n}"
+                times[engine]["setup"].append(await setup(instance, engine, scratch))
+                times[engine]["command"].append(await command(sandbox))
+                times[engine]["round"].append(await graded_round(instance, sandbox))
+        for _, _, ref, _ in boxes:
+            await close_box(ref)
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    tasks = len(boxes) // len(args.engines)
+    print(f"per engine and measure: {tasks * args.repeats} ({tasks} tasks x {args.repeats})")
+    base = args.engines[-1]
+    for measure in MEASURES:
+        line = []
+        for engine in args.engines:
+            median = statistics.median(times[engine][measure])
+            ratio = median / statistics.median(times[base][measure])
+            line.append(f"{engine} {median * 1e3:7.0f} ms ({ratio:.2f}x {base})")
+        print(f"{measure:8s} median  " + "   ".join(line))
+    return times
 
 
 if __name__ == "__main__":

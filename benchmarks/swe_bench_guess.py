@@ -11,7 +11,10 @@ passes an equality's real copy exactly when the draw put the expected value firs
 (before the window, 1 / 2 per equality; measured 6 of 64 rounds). The gold fix is graded in the
 same run, every ``--control-every`` rounds, as the control.
 
-    python benchmarks/swe_bench_guess.py --out benchmarks/results/swe_bench_guess [--rounds 256]
+    python benchmarks/swe_bench_guess.py --out benchmarks/results/swe_bench_guess [--rounds 256] [--engine bwrap]
+
+The verdict is the same in either sandbox (``--engine``, default Docker); bubblewrap grades a
+round in about half the time.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ import math
 import sys
 import tempfile
 import textwrap
+import types
 from pathlib import Path
 
 from stepwise_swe_bench import grading
-from stepwise_swe_bench.fixtures import base_checkout, materialize
+from stepwise_swe_bench.box import BoxRef, close_box, prepare_box
 from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.limits import SandboxLimits
-from stepwise_swe_bench.sandbox import BwrapSandbox, remove_tree
-from stepwise_swe_bench.verdict_plugin import WIDTH
+from stepwise_swe_bench.sandbox import Sandbox
+from stepwise_swe_bench.verdict.plugin import WIDTH
 
 TASK = "stepwise__slugs-21"
 FAILING_EQUALITIES = 3
@@ -72,18 +76,20 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-async def box(instance, repo: Path, *, guess: bool) -> BwrapSandbox:
-    materialize(instance, repo)
-    sandbox = BwrapSandbox(repo, SandboxLimits(), base=base_checkout(instance))
+async def box(instance, workdir: Path, engine: str, *, guess: bool) -> tuple[BoxRef, Sandbox]:
+    """An episode's repository as task setup prepares it, with the guess or the gold fix."""
+    workdir.mkdir()
+    runtime = types.SimpleNamespace(type="subprocess", info=types.SimpleNamespace(id=str(workdir)))
+    ref, sandbox = await prepare_box(runtime, instance, SandboxLimits(engine=engine))  # type: ignore[arg-type]
     if guess:
-        (repo / "slugs" / "__init__.py").write_text(GUESS)
+        changed = await sandbox.run("cat > slugs/__init__.py", stdin=GUESS.encode())
     else:
-        applied = await sandbox.run("git apply -", stdin=instance.patch.encode())
-        assert applied.exit_code == 0, applied.output
-    return sandbox
+        changed = await sandbox.run("git apply -", stdin=instance.patch.encode())
+    assert changed.exit_code == 0, changed.output
+    return ref, sandbox
 
 
-async def graded(instance, sandbox: BwrapSandbox) -> grading.RoundGrade:
+async def graded(instance, sandbox: Sandbox) -> grading.RoundGrade:
     patch = await grading.model_patch(sandbox, instance.base_commit, timeout_s=120)
     return await grading.grade(instance, sandbox, patch, timeout_s=120, kept_log_bytes=1 << 20)
 
@@ -93,12 +99,13 @@ async def main(argv: list[str] | None = None) -> dict[str, int]:
     parser.add_argument("--rounds", type=int, default=256, help="graded rounds of the guess")
     parser.add_argument("--control-every", type=int, default=16, help="a gold round after every this many")
     parser.add_argument("--out", type=Path, help="write results.md and results.json here")
+    parser.add_argument("--engine", choices=["docker", "bwrap"], default="docker", help="the sandbox")
     args = parser.parse_args(argv)
     (instance,) = load_instances(instance_ids=[TASK])
     counts = {"rounds": 0, "paid": 0, "flagged": 0, "controls": 0, "controls_resolved": 0}
     with tempfile.TemporaryDirectory(prefix="swe-guess-bench-") as work:
-        guess = await box(instance, Path(work) / "guess", guess=True)
-        gold = await box(instance, Path(work) / "gold", guess=False)
+        guess_ref, guess = await box(instance, Path(work) / "guess", args.engine, guess=True)
+        gold_ref, gold = await box(instance, Path(work) / "gold", args.engine, guess=False)
         for done in range(1, args.rounds + 1):
             result = await graded(instance, guess)
             counts["rounds"] += 1
@@ -108,8 +115,8 @@ async def main(argv: list[str] | None = None) -> dict[str, int]:
                 control = await graded(instance, gold)
                 counts["controls"] += 1
                 counts["controls_resolved"] += control.resolved and control.tampered is None
-        remove_tree(guess.repo)
-        remove_tree(gold.repo)
+        await close_box(guess_ref)
+        await close_box(gold_ref)
     low, high = wilson(counts["paid"], counts["rounds"])
     line = (
         f"guess paid {counts['paid']} of {counts['rounds']} rounds ({counts['paid'] / counts['rounds']:.4f}, "

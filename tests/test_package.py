@@ -87,7 +87,10 @@ def test_ci_lints_type_checks_and_removes_its_venv():
     steps = ["ruff check .", "ruff format --check .", "mypy", "lint-imports", "python -m pytest"]
     assert all(f"\n{step}\n" in ci or f" {step}\n" in ci or f" {step} " in ci for step in steps)
     assert [ci.index(step) for step in steps] == sorted(ci.index(step) for step in steps)
-    assert "trap 'rm -rf " in ci
+    # on exit: the venvs removed and a Docker engine the run started stopped
+    assert "trap cleanup EXIT" in ci
+    cleanup = ci[ci.index("cleanup() {") : ci.index("trap cleanup EXIT")]
+    assert 'rm -rf "$tmp"' in cleanup and 'kill "$dockerd_pid"' in cleanup
 
 
 def test_the_layer_contract_breaks_on_an_upward_import(tmp_path):

@@ -10,11 +10,15 @@ from pathlib import Path
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
+from .conftest import need
+
 TASK = "stepwise__csvline-7"
 
 
 def graded_rounds(home: Path, plans: list, name_of: Callable[[str], str]) -> dict[str, dict]:
-    """Each rollout's round (with its turn rewards) under ``name_of(the round's patch)``."""
+    """Each rollout's round (with its turn rewards) under ``name_of(the round's patch)``, in the
+    default sandbox (Docker)."""
+    need("docker")
     flags = [
         "stepwise-swe-bench", "-n", "1", "-r", str(len(plans)), "--env.max-turns", "1",
         "--env.taskset.instance-ids", json.dumps([TASK]),

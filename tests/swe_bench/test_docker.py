@@ -1,229 +1,131 @@
-"""Real SWE-bench instances in verifiers' docker runtime: what would be run.
-
-No docker engine runs here. A stand-in ``docker`` CLI (``fake_docker.py``) records every call and
-answers like an engine; verifiers' own ``DockerRuntime`` drives it, so the test reads the exact
-``docker`` command lines a user's machine would execute.
-"""
+"""The Docker engine, run for real: every cap is a flag the engine holds, an instance image that
+carries its repository at /testbed (as the official SWE-bench images do) is graded in fresh
+containers of it, and what the environment says where an engine or image is missing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import sys
+import subprocess
+import types
+import uuid
 from pathlib import Path
 
 import pytest
-import verifiers.v1 as vf
-from stepwise_swe_bench import grading, verdict
-from stepwise_swe_bench.box import BoxRef, UnsupportedRuntime, open_sandbox, prepare_box
-from stepwise_swe_bench.grading import grade, model_patch
-from stepwise_swe_bench.instances import SweInstance, load_instances
-from stepwise_swe_bench.limits import SandboxLimits
-from stepwise_swe_bench.taskset import SweBenchTask, SweBenchTaskConfig, task_data
-from verifiers.v1.runtimes import provision_runtime
-from verifiers.v1.utils.compile import resolve_runtime_config
+from stepwise_swe_bench.box import UnsupportedRuntime, close_box, prepare_box
+from stepwise_swe_bench.docker import USER, DockerSandbox
+from stepwise_swe_bench.fixtures import base_checkout
+from stepwise_swe_bench.grading import grade, model_patch, round_reward
+from stepwise_swe_bench.image import TAG
+from stepwise_swe_bench.instances import load_instances
+from stepwise_swe_bench.sandbox import SandboxUnavailable
+from stepwise_swe_bench.taskset import check_docker
 
-BASE = "d16bfe05a744909de4b27f5875fe0d4ed41ce607"
-TEST_FILE = "astropy/modeling/tests/test_separable.py"
-F2P = [f"{TEST_FILE}::test_separable[compound_model6-result6]", f"{TEST_FILE}::test_separable[compound_model9-result9]"]
-P2P = [f"{TEST_FILE}::test_coord_matrix", f"{TEST_FILE}::test_cdot", f"{TEST_FILE}::test_cstack"]
-TEST_PATCH = f"""diff --git a/{TEST_FILE} b/{TEST_FILE}
---- a/{TEST_FILE}
-+++ b/{TEST_FILE}
-@@ -28,6 +28,13 @@
- p1 = models.Polynomial1D(1, name='p1')
-+
-+cm_4d_expected = (np.array([False, False, True, True]),
-+                  np.array([[True,  True,  False, False],
-+                            [True,  True,  False, False],
-+                            [False, False, True,  False],
-+                            [False, False, False, True]]))
-"""
-# The shape of a SWE-bench (swebench 5) eval script.
-EVAL_SCRIPT = f"""#!/bin/bash
-set -uxo pipefail
-source /opt/miniconda3/bin/activate
-conda activate testbed
-cd /testbed
-git config --global --add safe.directory /testbed
-git status
-git -c core.fileMode=false diff {BASE}
-git checkout {BASE} {TEST_FILE}
-git apply -v - <<'EOF_114329324912'
-{TEST_PATCH}EOF_114329324912
-: '>>>>> Start Test Output'
-pytest -rA {TEST_FILE}
-: '>>>>> End Test Output'
-git checkout {BASE} {TEST_FILE}
-"""
-ROW = {
-    "instance_id": "astropy__astropy-12907",
-    "repo": "astropy/astropy",
-    "base_commit": BASE,
-    "problem_statement": (
-        "Modeling's `separability_matrix` does not compute separability correctly for nested CompoundModels"
-    ),
-    "version": "4.3",
-    "patch": "diff --git a/astropy/modeling/separable.py b/astropy/modeling/separable.py\n",
-    "test_patch": TEST_PATCH,
-    "FAIL_TO_PASS": json.dumps(F2P),
-    "PASS_TO_PASS": json.dumps(P2P),
-    "eval_script": EVAL_SCRIPT,
-    "log_parser": "parse_log_pytest",
-    "eval_type": "pass_and_fail",
-    "environment_setup_commit": "298ccb478e6bf092953bca67a3d29dc6c35f6752",
-}
-KEY = b"k" * 32
-IMAGE = "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
-TEST_LOG = "".join(
-    [
-        "+ : '>>>>> Start Test Output'\n",
-        "+ pytest -rA astropy/modeling/tests/test_separable.py\n",
-        "============================= test session starts ==============================\n",
-        *(f"PASSED {test}\n" for test in [*P2P, *F2P]),
-        "============================== 5 passed in 0.31s ===============================\n",
-        "+ SWEBENCH_TEST_EXIT_CODE=0\n",
-        "+ : '>>>>> End Test Output'\n",
-    ]
-)
+from .conftest import limits, need, run
+
+MIB = 1024 * 1024
+(SLUGS,) = load_instances(instance_ids=["stepwise__slugs-21"])
 
 
-@pytest.fixture
-def docker(tmp_path: Path, monkeypatch) -> Path:
-    """Put the stand-in ``docker`` first on PATH; return the directory of its records."""
-    records = tmp_path / "docker"
-    records.mkdir()
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    cli = bin_dir / "docker"
-    cli.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).with_name("fake_docker.py")} "$@"\n')
-    cli.chmod(0o755)
-    log = tmp_path / "test.log"
-    log.write_text(TEST_LOG)
-    # The test call's output: the grader's report for a plan made with a known key, the real
-    # copies passed and the decoys failed (no pytest runs in the stand-in).
-    plan = verdict.make_plan([*F2P, *P2P], secret=KEY)
-    monkeypatch.setattr(grading, "make_plan", lambda tests: verdict.make_plan(tests, secret=KEY))
-    outcomes = {**dict.fromkeys(plan.real_names(), "passed"), **dict.fromkeys(plan.decoy_names(), "failed")}
-    report = tmp_path / "report.log"
-    report.write_text(f"collected 10 items\n{verdict.VERDICT_MARK} {json.dumps(outcomes)}\n")
-    monkeypatch.setenv("FAKE_DOCKER_VERDICT_LOG", str(report))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_DOCKER_DIR", str(records))
-    monkeypatch.setenv("FAKE_DOCKER_HEAD", BASE)
-    monkeypatch.setenv("FAKE_DOCKER_EVAL_LOG", str(log))
-    return records
+def docker(*argv: str) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
 
 
-def calls(records: Path) -> list[list[str]]:
-    return [json.loads(line)["argv"] for line in (records / "calls.jsonl").read_text().splitlines()]
+def test_every_cap_is_a_flag_the_engine_holds(tmp_path: Path):
+    need("docker")
+    caps = limits("docker", memory_mb=768, cpus=0.5, processes=77, open_files=321, file_size_mb=9, disk_mb=100)
+    sandbox = DockerSandbox.start(TAG, caps, ["tar", "-C", str(tmp_path), "-c", "."])
+    try:
+        (info,) = json.loads(docker("inspect", sandbox.container))
+    finally:
+        sandbox.remove()
+    host = info["HostConfig"]
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] and host["Init"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"] and not host["Privileged"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]  # the default seccomp profile: not turned off
+    assert host["Memory"] == host["MemorySwap"] == 768 * MIB  # swap off
+    assert (host["NanoCpus"], host["PidsLimit"], host["ShmSize"]) == (500_000_000, 77, 64 * MIB)
+    ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
+    assert ulimits == {"nofile": (321, 321), "fsize": (9 * MIB, 9 * MIB), "core": (0, 0)}
+    assert "size=100m" in host["Tmpfs"]["/testbed"] and "size=64m" in host["Tmpfs"]["/tmp"]
+    assert info["Config"]["User"] == USER and not host["Binds"]
+    assert docker("ps", "-aq", "--filter", f"name={sandbox.container}") == ""
 
 
-def test_the_instance_decides_the_image_and_workdir(tmp_path: Path):
-    row = {k: v for k, v in ROW.items()}
-    path = tmp_path / "verified.jsonl"
-    path.write_text(json.dumps(row) + "\n")
-    (instance,) = load_instances(str(path))  # no image column: swebench's derived name
-    assert instance.image == IMAGE
-    task = SweBenchTask(task_data(instance), SweBenchTaskConfig())
-    config = resolve_runtime_config(vf.DockerConfig(), task)  # verifiers' own resolution
-    assert (config.image, config.workdir) == (IMAGE, "/testbed")
-    # No network for the model's commands: verifiers' framework-only policy.
-    assert config.network_restricted and (config.allow, config.block) == ([], ["*"])
-    with pytest.raises(ValueError, match="docker"):
-        resolve_runtime_config(vf.SubprocessConfig(), task)
+@pytest.fixture(scope="module")
+def image_with_repository():
+    """A stand-in for an official SWE-bench image: the bundle's image with a task's repository
+    committed at /testbed (made with ``docker create``, ``cp`` and ``commit``: no builder)."""
+    need("docker")
+    name, tag = f"stepwise-swe-bench-test-{uuid.uuid4().hex[:8]}", f"stepwise-swe-bench-test:{uuid.uuid4().hex[:8]}"
+    docker("create", "--name", name, TAG, "true")
+    try:
+        docker("cp", f"{base_checkout(SLUGS)}/.", f"{name}:/testbed")
+        docker("commit", name, tag)
+    finally:
+        docker("rm", "-f", name)
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
 
 
-async def test_commands_and_grading_in_the_official_image(docker: Path):
-    instance = SweInstance.from_row({**ROW, "image": IMAGE}, "test rows")
-    task = SweBenchTask(task_data(instance), SweBenchTaskConfig())
-    limits = SandboxLimits(timeout_s=45, output_kill_bytes=1024 * 1024)
-    config = resolve_runtime_config(vf.DockerConfig(), task)
-    async with provision_runtime(config) as runtime:
-        box, sandbox = await prepare_box(runtime, instance, limits)
-        # What a rollout does after task setup: cut the container's network.
-        await runtime.prepare_execution(["http://127.0.0.1:9/v1"])
-        command = await sandbox.run("grep -n separability_matrix astropy/modeling/separable.py")
-        patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
-        result = await grade(instance, sandbox, patch, timeout_s=600, kept_log_bytes=1 << 20)
-        # The tool server's view: it borrows the container by id.
-        async with open_sandbox(BoxRef.model_validate_json(box.model_dump_json())) as tools:
-            borrowed = await tools.run("git status")
-    argvs = calls(docker)
+def test_an_image_that_holds_its_repository_is_graded_in_fresh_containers_of_it(tmp_path, image_with_repository):
+    """The repository comes out of the image itself (its /testbed, read from a created
+    container), so the sandbox's tmpfs holds it; gold resolves, no change does not."""
+    instance = SLUGS.model_copy(update={"image": image_with_repository})
+    runtime = types.SimpleNamespace(type="subprocess", info=types.SimpleNamespace(id=str(tmp_path)))
 
-    # Two containers of the image: the model's, and a fresh one where its diff is graded.
-    run, grader_run = [a for a in argvs if a[:1] == ["run"] and "--detach" in a]
-    container, grader = (r[r.index("--name") + 1] for r in (run, grader_run))
-    assert container != grader
-    for started in (run, grader_run):
-        assert started[started.index("--entrypoint") + 1] == "sleep" and started[-2:] == [IMAGE, "infinity"]
-        assert {"NET_ADMIN", "NET_RAW"} <= {started[i + 1] for i, a in enumerate(started) if a == "--cap-drop"}
-        # The engine's default seccomp profile stays on: it refuses add_key, request_key and
-        # keyctl (the container's counterpart of the bubblewrap sandbox's filter).
-        assert "--privileged" not in started and not any("seccomp" in a or "unconfined" in a for a in started)
-    cuts = [a for a in argvs if a[:1] == ["run"] and "NET_ADMIN" in a and "--cap-add" in a]
-    for name in (container, grader):  # neither may reach the network
-        (cut,) = [c for c in cuts if f"container:{name}" in c]
-        assert "iptables -A OUTPUT -j REJECT" in " ".join(cut)
-    assert box.kind == "docker" and box.repo == "/testbed" and box.container == "f" * 12
+    async def rounds():
+        ref, sandbox = await prepare_box(runtime, instance, limits("docker", timeout_s=60))  # type: ignore[arg-type]
+        try:
+            head = await sandbox.run("git rev-parse HEAD; git status --porcelain; stat -c %U .")
+            graded = []
+            for fix in (False, True):
+                if fix:
+                    await sandbox.run("git apply -", stdin=instance.patch.encode())
+                patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
+                graded.append(await grade(instance, sandbox, patch, timeout_s=60, kept_log_bytes=1 << 20))
+            return head, graded, ref
+        finally:
+            await close_box(ref)
 
-    def sandboxed(argv: list[str]) -> list[str] | None:
-        """The command line of a sandboxed command: exec ... --workdir /testbed <c> /bin/bash -c."""
-        if argv[:1] != ["exec"] or "/bin/bash" not in argv:
-            return None
-        return argv[argv.index("/bin/bash") :]
-
-    execs = [(a, sandboxed(a)) for a in argvs if sandboxed(a)]
-    user_commands = [inner[4] for _, inner in execs]
-    assert user_commands[:2] == ["git rev-parse HEAD", "grep -n separability_matrix astropy/modeling/separable.py"]
-    outer, inner = execs[1]
-    assert outer[outer.index("--workdir") + 1] == "/testbed" and container in outer
-    wrapper = inner[2]
-    assert "ulimit -H -S -c 0 -t 120 -v 4194304" in wrapper and "timeout -k 5" in wrapper
-    assert inner[5:] == ["/testbed", "45", str(1024 * 1024 + 1)]
-    assert command.exit_code == 0 and command.output == f"ran: {user_commands[1]}\n"
-
-    # Grading: the instance's eval script, split in two (``verdict``), is written into the
-    # container and run there: its set-up, then the test command with the plan on its stdin,
-    # staged in a file that is removed once opened; the report is judged.
-    split = verdict.split_eval_script(instance.test_spec().eval_script)
-    files = {p.name: p for p in (docker / "files").iterdir()}
-    scripts = {p.read_text(): name for name, p in files.items() if name.startswith("stepwise-eval-")}
-    assert sorted(scripts) == sorted([split.setup, split.command])
-    assert "git apply" in split.setup and "python -c" in split.command
-    (staged,) = [name for name in files if name.startswith("stepwise-stdin-")]
-    assert json.loads(files[staged].read_text())["tests"] == list(verdict.make_plan([*F2P, *P2P], secret=KEY).tests)
-    setup, test = scripts[split.setup], scripts[split.command]
-    grading_calls = {
-        "setup": f"bash /tmp/{setup}; status=$?; rm -f /tmp/{setup}; exit $status",
-        "test": f"{{ rm -f /tmp/{staged}; bash /tmp/{test}; status=$?; rm -f /tmp/{test}; exit $status\n}} "
-        f"< /tmp/{staged}",
-    }
-    for command in grading_calls.values():
-        ((grading_exec, graded),) = [(outer, inner) for outer, inner in execs if inner[4] == command]
-        assert grader in grading_exec and container not in grading_exec
-        assert "ulimit -H -S -c 0 -t 600 " in graded[2]  # a test process may use the whole run's CPU
-        assert graded[5:7] == ["/testbed", "600"]
-    assert result.resolved and result.status == "RESOLVED_FULL" and result.tampered is None
-    assert sorted(result.fail_to_pass["success"]) == sorted(F2P)
-
-    # The tool server reached the same container by its id.
-    assert borrowed.output == "ran: git status\n"
-    assert any(a[:1] == ["exec"] and "f" * 12 in a and "git status" in a for a in argvs)
-    assert ["rm", "--force", container] in argvs and ["rm", "--force", grader] in argvs
+    head, (before, after), ref = asyncio.run(rounds())
+    assert head.output == f"{instance.base_commit}\n1000\n" or head.output.startswith(instance.base_commit)
+    assert round_reward(before, "resolved") == 0.0 and not before.tampered
+    assert round_reward(after, "resolved") == 1.0 and not after.tampered
+    assert docker("ps", "-q", "--filter", f"name={ref.container}") == ""
 
 
-async def test_runtimes_that_cannot_host_the_tools_are_refused():
-    instance = SweInstance.from_row({**ROW, "image": IMAGE}, "test rows")
+def test_an_instance_image_needs_docker_and_the_tools_need_the_subprocess_runtime(tmp_path):
+    instance = SLUGS.model_copy(update={"image": "swebench/sweb.eval.x86_64.any:latest"})
+    runtime = types.SimpleNamespace(type="subprocess", info=types.SimpleNamespace(id=str(tmp_path)))
+    with pytest.raises(UnsupportedRuntime, match="engine docker"):
+        asyncio.run(prepare_box(runtime, instance, limits("bwrap")))  # type: ignore[arg-type]
+    runtime.type = "docker"
+    with pytest.raises(UnsupportedRuntime, match="leave the rollout's runtime at subprocess"):
+        asyncio.run(prepare_box(runtime, SLUGS, limits("docker")))  # type: ignore[arg-type]
 
-    class Remote:
-        type = "modal"
 
-    class Local:
-        type = "subprocess"
+def test_without_an_engine_or_its_image_the_load_says_what_to_do(monkeypatch, tmp_path):
+    need("docker")
+    from stepwise_swe_bench import image
 
-    with pytest.raises(UnsupportedRuntime, match="'modal' runtime cannot host"):
-        await prepare_box(Remote(), instance, SandboxLimits())
-    with pytest.raises(UnsupportedRuntime, match="use a container runtime"):
-        await prepare_box(Local(), instance, SandboxLimits())
-    assert load_instances()[0].image is None  # bundled tasks run locally
+    monkeypatch.setattr(image, "TAG", "stepwise-swe-bench:not-built")
+    with pytest.raises(SandboxUnavailable, match=r"python -m stepwise_swe_bench.image.*engine bwrap"):
+        check_docker(bundled=True)
+    check_docker(bundled=False)  # an instance image is pulled when its container starts
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI
+    with pytest.raises(SandboxUnavailable, match=r"no Docker engine answers.*engine bwrap"):
+        check_docker(bundled=False)
+
+
+def test_a_command_past_its_time_is_stopped_inside_the_container(repo):
+    """coreutils ``timeout`` ends the command in the container; the client is not left waiting."""
+    need("docker")
+    sandbox = DockerSandbox.start(TAG, limits("docker"), ["tar", "-C", str(repo), "-c", "."])
+    try:
+        result = run(sandbox, "sleep 60", timeout_s=1)
+        left = run(sandbox, "ps -eo args | grep -c '^sleep 60$' || true")
+    finally:
+        sandbox.remove()
+    assert result.termination == "timeout" and result.duration_s < 10
+    assert left.output == "0\n"

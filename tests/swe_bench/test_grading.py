@@ -7,24 +7,19 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.fixtures import base_checkout, materialize
+from stepwise_swe_bench.fixtures import materialize
 from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
 from stepwise_swe_bench.instances import SweInstance, load_instances
-from stepwise_swe_bench.limits import SandboxLimits
-from stepwise_swe_bench.sandbox import BwrapSandbox
+from stepwise_swe_bench.sandbox import Sandbox
 from stepwise_swe_bench.verdict import expected
 
+from .conftest import ENGINES, episode
+
 INSTANCES = {i.instance_id: i for i in load_instances()}
+ENGINE = pytest.mark.parametrize("engine", ENGINES)
 
 
-def workspace(tmp_path: Path, instance_id: str) -> tuple[SweInstance, BwrapSandbox]:
-    instance = INSTANCES[instance_id]
-    repo = tmp_path / "repo"
-    materialize(instance, repo)
-    return instance, BwrapSandbox(repo, SandboxLimits(timeout_s=30), base=base_checkout(instance))
-
-
-def graded(instance: SweInstance, sandbox: BwrapSandbox, timeout_s: float = 60):
+def graded(instance: SweInstance, sandbox: Sandbox, timeout_s: float = 60):
     """One round as the environment grades it: the repository's diff on a fresh checkout."""
 
     async def round_():
@@ -34,18 +29,29 @@ def graded(instance: SweInstance, sandbox: BwrapSandbox, timeout_s: float = 60):
     return asyncio.run(round_())
 
 
-def sh(sandbox: BwrapSandbox, command: str, stdin: bytes | None = None):
+def sh(sandbox: Sandbox, command: str, stdin: bytes | None = None):
     result = asyncio.run(sandbox.run(command, stdin=stdin))
     assert result.exit_code == 0, result.output
     return result.output
 
 
-# Each instance runs its hidden tests twice in a sandbox: the fast loop keeps the first.
+# Each instance runs its hidden tests twice: the fast loop keeps the first, in each engine.
 @pytest.mark.parametrize(
-    "instance_id", [i if n == 0 else pytest.param(i, marks=pytest.mark.slow) for n, i in enumerate(sorted(INSTANCES))]
+    ("engine", "instance_id"),
+    [
+        (engine, i) if n == 0 else pytest.param(engine, i, marks=pytest.mark.slow)
+        for n, i in enumerate(sorted(INSTANCES))
+        for engine in ENGINES
+        if n == 0 or engine == "docker"
+    ],
 )
-def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instance_id: str):
-    instance, sandbox = workspace(tmp_path, instance_id)
+def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, engine: str, instance_id: str):
+    instance = INSTANCES[instance_id]
+    with episode(engine, instance, tmp_path) as sandbox:
+        check_gold(instance, sandbox)
+
+
+def check_gold(instance: SweInstance, sandbox: Sandbox) -> None:
     assert sh(sandbox, "git rev-parse HEAD; git status --porcelain") == f"{instance.base_commit}\n"
 
     before = graded(instance, sandbox)
@@ -66,11 +72,13 @@ def test_hidden_tests_fail_before_the_fix_and_pass_after(tmp_path: Path, instanc
     assert asyncio.run(model_patch(sandbox, instance.base_commit, timeout_s=60)).strip() == instance.patch.strip()
 
 
-def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path):
-    instance, sandbox = workspace(tmp_path, "stepwise__slugs-21")
-    # Collapse runs of separators, but still leave them at the ends: 2 of 3 hidden tests pass.
-    sh(sandbox, "sed -i 's/\\[^A-Za-z0-9\\]/[^A-Za-z0-9]+/' slugs/slugify.py")
-    result = graded(instance, sandbox)
+@ENGINE
+def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path, engine: str):
+    instance = INSTANCES["stepwise__slugs-21"]
+    with episode(engine, instance, tmp_path) as sandbox:
+        # Collapse runs of separators, but still leave them at the ends: 2 of 3 hidden tests pass.
+        sh(sandbox, "sed -i 's/\\[^A-Za-z0-9\\]/[^A-Za-z0-9]+/' slugs/slugify.py")
+        result = graded(instance, sandbox)
     assert result.status == "RESOLVED_PARTIAL" and not result.resolved
     assert result.fail_to_pass["failure"] == ["tests/test_slugify.py::test_no_separator_at_the_ends"]
     assert round_reward(result, "partial") == pytest.approx(2 / 3)
@@ -80,11 +88,13 @@ def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path):
     assert "1 round left" in message and "AssertionError" in message
 
 
-def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path):
-    instance, sandbox = workspace(tmp_path, "stepwise__intervals-1")
-    # Merges touching intervals, and wrongly also (1, 2) with (3, 5).
-    sh(sandbox, "sed -i 's/start < merged\\[-1\\]\\[1\\]/start <= merged[-1][1] + 1/' intervals/core.py")
-    result = graded(instance, sandbox)
+@ENGINE
+def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path, engine: str):
+    instance = INSTANCES["stepwise__intervals-1"]
+    with episode(engine, instance, tmp_path) as sandbox:
+        # Merges touching intervals, and wrongly also (1, 2) with (3, 5).
+        sh(sandbox, "sed -i 's/start < merged\\[-1\\]\\[1\\]/start <= merged[-1][1] + 1/' intervals/core.py")
+        result = graded(instance, sandbox)
     assert result.fail_to_pass["failure"] == [] and not result.resolved
     assert result.pass_to_pass["failure"] == ["tests/test_core.py::test_merge_disjoint"]
     assert round_reward(result, "partial") == round_reward(result, "resolved") == 0.0
@@ -93,19 +103,24 @@ def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path):
     )
 
 
-def test_code_run_by_the_tests_cannot_keep_the_hidden_tests(tmp_path: Path):
-    instance, sandbox = workspace(tmp_path, "stepwise__pager-3")
-    sh(sandbox, 'printf \'import shutil\\nshutil.copytree("tests", "stolen")\\n\' > conftest.py')
-    graded(instance, sandbox)
-    assert not (sandbox.repo / "stolen").exists()
-    assert "test_exact_multiple" not in (sandbox.repo / "tests" / "test_pages.py").read_text()
+@ENGINE
+def test_code_run_by_the_tests_cannot_keep_the_hidden_tests(tmp_path: Path, engine: str):
+    instance = INSTANCES["stepwise__pager-3"]
+    with episode(engine, instance, tmp_path) as sandbox:
+        sh(sandbox, 'printf \'import shutil\\nshutil.copytree("tests", "stolen")\\n\' > conftest.py')
+        graded(instance, sandbox)
+        assert sh(sandbox, "ls; grep -c test_exact_multiple tests/test_pages.py || true") == (
+            "README.md\nconftest.py\npager\npyproject.toml\ntests\n0\n"
+        )
 
 
 @pytest.mark.slow
-def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path):
-    instance, sandbox = workspace(tmp_path, "stepwise__semverlite-12")
-    sh(sandbox, "printf 'while True:\\n    pass\\n' >> semverlite/__init__.py")
-    result = graded(instance, sandbox, timeout_s=3)
+@ENGINE
+def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path, engine: str):
+    instance = INSTANCES["stepwise__semverlite-12"]
+    with episode(engine, instance, tmp_path) as sandbox:
+        sh(sandbox, "printf 'while True:\\n    pass\\n' >> semverlite/__init__.py")
+        result = graded(instance, sandbox, timeout_s=3)
     assert not result.log_parsed and result.run["termination"] == "timeout"
     assert round_reward(result, "partial") == 0.0
     assert "could not be run" in feedback(result, round_index=1, rounds_left=0, max_log_chars=100)

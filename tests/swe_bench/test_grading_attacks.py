@@ -1,24 +1,25 @@
 """Red team: every way found to raise a round's reward without the fix, tried as a model would
-(commands in its sandbox, then a graded round), in both sandbox modes. Each must score 0 with
-the reason recorded, or leave the hidden tests out of what the model sees; honest fixes that
-also leave odd traces (unreadable files, a locked workdir, a forging git config) still resolve."""
+(commands in its sandbox, then a graded round), in every mode: Docker, bubblewrap as root, and
+bubblewrap as an ordinary user. Each must score 0 with the reason recorded, or leave the hidden
+tests out of what the model sees; honest fixes that also leave odd traces (unreadable files, a
+locked workdir, a forging git config, a full disk) still resolve."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from stepwise_swe_bench.output import KILLED
 
-from .grading_attacks import SCENARIOS, play
+from .conftest import NOBODY, as_nobody, need, ordinary_user_python
+from .grading_attacks import SCENARIOS, VERDICT_FLAGGED, VERDICT_PAYLOADS, play
 from .kernel_attacks import KEYRING_REFUSED, KEYRING_STASH_REFUSED, WRITABLE_OUTPUT
 
-NOBODY = 65534
-REPO_ROOT = Path(__file__).resolve().parents[2]
 REJECTED = {
     "root_conftest": "conftest.py is a pytest conftest.py",
     "package_conftest": "slugs/conftest.py is a pytest conftest.py",
@@ -50,12 +51,16 @@ TAMPERED = {
     "decoy_exit_hook": "exit status was forged",
     "decoy_exit_mid_run": "ended without the grader's report",
     "decoy_rerun": "exit status was forged",
+    **{f"verdict_{name}": "(passed)" for name in VERDICT_FLAGGED},
 }
-KILLED_BY_A_CAP = {"fix_that_exhausts_memory": "memory_limit"}
-FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix and name not in KILLED_BY_A_CAP]
+BLOCKED = [f"verdict_{name}" for name in VERDICT_PAYLOADS if name not in VERDICT_FLAGGED]
+"""Their tell says nothing now: they score 0 as a wrong fix does."""
+MEMORY_HOG = "fix_that_exhausts_memory"
+FIXES = [name for name, (_, fix) in SCENARIOS.items() if fix and name != MEMORY_HOG]
 
 
-def check(results: dict[str, dict]) -> None:
+def check(results: dict[str, dict], memory_cap: bool) -> None:
+    """``memory_cap``: the mode holds the episode's memory (Docker, bubblewrap as root)."""
     for name, expected in REJECTED.items():
         result = results[name]
         assert result["reward"] == 0.0 and not result["resolved"], name
@@ -64,6 +69,10 @@ def check(results: dict[str, dict]) -> None:
     for name in NOT_GRADED_AS_FIXED:
         result = results[name]
         assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
+    for name in BLOCKED:
+        result = results[name]
+        assert result["reward"] == 0.0 and result["rejected"] is None and result["tampered"] is None, name
+        assert result["fail_to_pass"]["failure"], name
     for name, why in TAMPERED.items():
         result = results[name]
         assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
@@ -74,13 +83,13 @@ def check(results: dict[str, dict]) -> None:
     for name in FIXES:
         result = results[name]
         assert result["resolved"] and result["reward"] == 1.0, (name, result["rejected"], result["test_output"][-500:])
-    for name, termination in KILLED_BY_A_CAP.items():
-        result = results[name]
-        assert result["reward"] == 0.0 and not result["resolved"] and result["rejected"] is None, name
-        assert result["run"]["termination"] == termination and result["run"]["cap"], (name, result["run"])
-        assert (
-            f"could not be run or their output could not be read (killed: {result['run']['cap']}" in result["feedback"]
-        )
+    hog = results[MEMORY_HOG]
+    assert hog["reward"] == 0.0 and not hog["resolved"] and hog["rejected"] is None and hog["tampered"] is None
+    if memory_cap:  # killed at the cap: no verdict
+        assert hog["run"]["exit_code"] in KILLED and not hog["outcomes"], hog["run"]
+        assert "could not be run or their output could not be read (killed by SIGKILL" in hog["feedback"]
+    else:  # the address space limit: a MemoryError at import, the tests fail
+        assert "MemoryError" in hog["test_output"]
     # Left out of the diff: what git ignores, and what the hook would have written at grading.
     assert "b/conftest.py" not in results["ignored_conftest"]["patch"]
     assert "b/conftest.py" not in results["git_hook"]["patch"]
@@ -100,54 +109,26 @@ def check(results: dict[str, dict]) -> None:
     assert results["fix_keyring_probe"]["outputs"][0].splitlines()[-5:] == KEYRING_REFUSED
     assert KEYRING_STASH_REFUSED in results["fix_keyring_stash"]["test_output"]
     assert results["fix_writes_outside"]["outputs"] == [WRITABLE_OUTPUT]
-    assert results["fix_setid_left"]["outputs"][0].split() == ["6755", "2755"]  # set, inside
-    setid = results["fix_setid_left"]["setid"]
-    if setid["nosuid"] is None:  # a directory of the host's file system: cleared after the command
-        assert setid["found"] == [], setid
-    else:  # the repository's own volume, mounted nosuid: the bits take effect nowhere
-        assert setid["nosuid"] and setid["found"] == ["planted", "sgid"], setid
+    assert results["fix_setid_left"]["outputs"][0].split() == ["6755", "2755"]  # set, on a nosuid mount
     deep = results["fix_with_deep_tree"]
     assert deep["outputs"] == ["built\n"] and "d/" * 999 + "d/f.txt" in deep["patch"]
     for name, result in results.items():
         assert result["after"] == "still usable\n", name
-        assert result["removed"], name  # cleanup survives what the attack left (1,000 levels, chmod 000)
+        assert result["left"] == [], name  # cleanup survives what the attack left (1,000 levels, chmod 000)
 
 
 @pytest.mark.slow
-def test_grading_attacks_fail_in_the_bubblewrap_sandbox(tmp_path: Path):
-    """As this process's user: as root, bubblewrap without a user namespace and ``setpriv``."""
-    import asyncio
-
-    check(asyncio.run(play(tmp_path, list(SCENARIOS))))
-
-
-def ordinary_user_python(root: Path) -> Path:
-    """A venv of the system Python holding pytest and its dependencies: an ordinary user's test
-    environment (this suite's own interpreter lives under /root, which other users cannot read)."""
-    import importlib.util
-    import shutil
-
-    venv = root / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    (site,) = venv.glob("lib/python3*/site-packages")
-    for module in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py"):
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.origin is None:
-            continue
-        origin = Path(spec.origin)
-        if origin.name == "__init__.py":
-            shutil.copytree(origin.parent, site / origin.parent.name)
-        else:
-            shutil.copy(origin, site / origin.name)
-        for metadata in origin.parent.parent.glob(f"{module}-*.dist-info") if origin.name == "__init__.py" else ():
-            shutil.copytree(metadata, site / metadata.name)
-    return venv / "bin" / "python"
+@pytest.mark.parametrize("engine", ["docker", "bwrap"])
+def test_grading_attacks_fail(tmp_path: Path, engine: str):
+    """In Docker, and in bubblewrap as this process's user (root here: ``setpriv``, cgroups)."""
+    need(engine)
+    check(asyncio.run(play(tmp_path, list(SCENARIOS), engine)), memory_cap=engine == "docker" or os.geteuid() == 0)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the suite already runs as an ordinary user (the test above)")
-def test_grading_attacks_fail_in_the_user_namespace_sandbox():
-    """As an ordinary user (nobody): bubblewrap in a user namespace."""
+def test_grading_attacks_fail_as_an_ordinary_user():
+    """In bubblewrap as an ordinary user (``nobody``): a user namespace, rlimits."""
     root = Path(tempfile.mkdtemp(dir="/tmp"))
     os.chmod(root, 0o755)
     workdir = root / "attacks"
@@ -156,18 +137,10 @@ def test_grading_attacks_fail_in_the_user_namespace_sandbox():
     python = ordinary_user_python(root)
     script = (
         "import sys; from pathlib import Path; from tests.swe_bench.grading_attacks import as_ordinary_user; "
-        "as_ordinary_user(65534, Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])"
+        "as_ordinary_user(drop, Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])"
     )
     warm_up = Path(tempfile.mkdtemp())
-    env = {"PATH": os.environ["PATH"], "HOME": str(workdir), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    if "PYTHONPATH" in os.environ:  # the code under test, where it is not the installed copy
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     try:
-        child = subprocess.run(
-            [sys.executable, "-c", script, str(warm_up), str(workdir), str(python), *SCENARIOS],
-            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env,
-        )  # fmt: skip
-        assert child.returncode == 0, child.stderr[-3000:]
-        check(json.loads(child.stdout))
+        check(json.loads(as_nobody(script, str(warm_up), str(workdir), str(python), *SCENARIOS)), memory_cap=False)
     finally:
         subprocess.run(["rm", "-rf", str(root), str(warm_up)], check=True)

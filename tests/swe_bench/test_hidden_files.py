@@ -1,12 +1,13 @@
 """The hidden tests and reference fixes of the bundled tasks are never readable in a sandbox.
 
 A regular install (``pip install`` of the bundle's wheel) puts ``fixtures/tasks/*/gold.patch``
-and ``test.patch`` in site-packages, which every sandbox shows read-only (the test environment's
-Python). The stand-in for that install: a venv of the system Python whose site-packages holds a
-copy of the package as the wheel lays it out (``stepwise_swe_bench/`` with its data; no build
-backend is installed offline). The probe imports that copy (first on ``PYTHONPATH``) and opens
-a sandbox whose test environment is that venv. Both sandbox modes: as this user and, when that
-is root, as an ordinary user (privileges dropped after the imports, as the suite's own
+and ``test.patch`` in site-packages, which every bubblewrap sandbox shows read-only (the test
+environment's Python; a Docker container holds no fixtures at all). The stand-in for that
+install: a venv of the system Python whose site-packages holds a copy of the package as the
+wheel lays it out (``stepwise_swe_bench/`` with its data; no build backend is installed
+offline). The probe imports that copy (first on ``PYTHONPATH``) and opens a sandbox whose test
+environment is that venv. Both bubblewrap modes: as this user and, when that is root, as an
+ordinary user (privileges dropped after the imports, as the suite's own
 interpreter may live where that user cannot read).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import stepwise_swe_bench
-from stepwise_swe_bench.sandbox import hand_over
+from stepwise_swe_bench.bwrap import hand_over
 
 NOBODY = 65534
 PROBE = r"""
@@ -30,21 +31,25 @@ import asyncio, json, os, sys
 import concurrent.futures.thread  # asyncio.to_thread's lazy import: nobody cannot read this Python
 from pathlib import Path
 import stepwise_swe_bench
-from stepwise_swe_bench import keyring
-from stepwise_swe_bench.sandbox import HIDDEN, BwrapSandbox
-keyring.filter_program(), keyring.fresh_session_keyring()  # their lazy imports, cached
+from stepwise_swe_bench import seccomp
+from stepwise_swe_bench.bwrap import HIDDEN, BwrapSandbox, remove_tree
+from stepwise_swe_bench.limits import SandboxLimits
+seccomp.filter_program()  # its lazy import, cached
 
 package = Path(stepwise_swe_bench.__file__).parent
 assert HIDDEN == (package / "fixtures",), (HIDDEN, package)
 if sys.argv[3] == "ordinary":
     os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
-sandbox = BwrapSandbox(Path(sys.argv[1]), python=Path(sys.argv[2]))
+repo = Path(sys.argv[1])
+sandbox = BwrapSandbox.create(repo, SandboxLimits(engine="bwrap"), python=Path(sys.argv[2]))
 command = (
     f"find / -xdev \\( -name gold.patch -o -name test.patch -o -name eval.sh \\) 2>/dev/null; "
     f"find {package} -name '*.patch' 2>/dev/null; cat {package}/fixtures/tasks/*/gold.patch; "
     f"ls {package}/fixtures; echo x > {package}/fixtures/x; ls {package}"
 )
 result = asyncio.run(sandbox.run(command))
+if os.geteuid() == 0:
+    remove_tree(repo)  # and its cgroup
 print(json.dumps({"output": result.output, "package": str(package)}))
 """
 
@@ -87,4 +92,4 @@ def test_installed_fixtures_are_hidden_in_the_sandbox(user: str):
     found = [line for line in output.splitlines() if line.endswith((".patch", "eval.sh"))]
     assert found == [] and "diff --git" not in output  # ... and not seen
     assert "gold.patch': No such file or directory" in output and "Read-only file system" in output
-    assert "sandbox.py" in output and "grading.py" in output  # the rest of the package is mounted
+    assert "bwrap.py" in output and "grading.py" in output  # the rest of the package is mounted

@@ -86,3 +86,12 @@ def test_multimodal_assets_are_refused():
     row = {**hub_rows()[0], "image_assets": json.dumps({"test_patch": [{"path": "a.png"}]})}
     with pytest.raises(InstanceError, match="not supported"):
         SweInstance.from_row(row, "test rows")
+
+
+def test_a_row_without_an_image_gets_the_official_name_swebench_derives(tmp_path: Path):
+    row = {**hub_rows()[0], "instance_id": "astropy__astropy-12907"}
+    del row["image"]
+    path = tmp_path / "verified.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (instance,) = load_instances(str(path))
+    assert instance.image == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"

@@ -28,6 +28,7 @@ def bundle_imports(path: Path) -> set[str]:
 
 def test_no_module_of_the_bundle_imports_itself_back():
     graph = {path.stem: bundle_imports(path) for path in BUNDLE.glob("*.py")}
+    graph["verdict"] = set().union(*(bundle_imports(path) for path in (BUNDLE / "verdict").glob("*.py"))) - {"plugin"}
     assert set().union(*graph.values()) <= set(graph)
 
     def reaches(start: str, target: str, seen: set[str]) -> bool:
@@ -52,6 +53,21 @@ def test_the_tool_server_imports_neither_the_environment_nor_grading():
     for module in ("env", "grading", "machinery", "taskset", "fixtures"):
         assert f"stepwise_swe_bench.{module}" not in loaded
     assert not [m for m in loaded if m.split(".")[0] in ("swebench", "verifiers_stepwise")]
+
+
+def test_the_verdict_is_a_module_of_its_own():
+    """It imports nothing of the environment: its plugin runs in the grading sandbox on the
+    standard library and pytest alone, and the host side is the plan and the judge."""
+    for path in (BUNDLE / "verdict").glob("*.py"):
+        assert bundle_imports(path) <= {"plugin"}, path
+        tree = ast.parse(path.read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {
+            n.module.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module
+        }
+        assert imported <= set(sys.stdlib_module_names) | {"pytest", "_pytest", "__future__"}, (path, imported)
 
 
 def test_the_package_exports_load_on_first_use():

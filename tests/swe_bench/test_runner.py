@@ -1,9 +1,10 @@
-"""The bundled tasks grade with pytest: a missing runner stops the eval at load, and the model is
-told the test run's own exit code (issue 23: a user install without pytest scored every round 0
-and told the model "exit code 0").
+"""The bundled tasks grade with pytest: in Docker the image's, in bubblewrap the interpreter's
+that runs ``vf-eval``, where a missing runner stops the eval at load; the model is told the test
+run's own exit code (issue 23: a user install without pytest scored every round 0 and told the
+model "exit code 0").
 
 The stand-in for an install without pytest: a venv of the system Python (which has no pytest),
-the interpreter the load check and the grading sandbox are pointed at.
+the interpreter the load check and the bubblewrap sandbox are pointed at.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from pathlib import Path
 
 import pytest
 import verifiers.v1 as vf
+from stepwise_swe_bench.bwrap import BwrapSandbox
 from stepwise_swe_bench.fixtures import base_checkout, materialize
 from stepwise_swe_bench.grading import feedback, grade, model_patch, recorded_exit_code
 from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.limits import SandboxLimits
-from stepwise_swe_bench.sandbox import BwrapSandbox
 from stepwise_swe_bench.taskset import SweBenchTaskset, SweBenchTasksetConfig, TestRunnerMissing
 
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
+
+from .conftest import need
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def no_pytest(tmp_path_factory) -> Path:
 
 
 def test_a_missing_test_runner_stops_the_load_naming_it_and_how_to_install_it(no_pytest, monkeypatch):
-    config = SweBenchTasksetConfig(id="stepwise-swe-bench")
+    config = SweBenchTasksetConfig(id="stepwise-swe-bench", task={"sandbox": {"engine": "bwrap"}})
     assert len(SweBenchTaskset(config).load()) == 5  # this suite's interpreter has pytest
     monkeypatch.setattr(sys, "executable", str(no_pytest))  # what the local sandbox grades with
     with pytest.raises(TestRunnerMissing) as raised:
@@ -55,7 +58,8 @@ def test_the_feedback_reports_the_test_runs_own_exit_code(tmp_path, no_pytest):
     instance = next(i for i in load_instances() if i.instance_id == "stepwise__csvline-7")
     repo = tmp_path / "repo"
     materialize(instance, repo)
-    sandbox = BwrapSandbox(repo, SandboxLimits(timeout_s=30), base=base_checkout(instance), python=no_pytest)
+    limits = SandboxLimits(engine="bwrap", timeout_s=30)
+    sandbox = BwrapSandbox.create(repo, limits, base=base_checkout(instance), python=no_pytest)
 
     async def round_():
         patch = await model_patch(sandbox, instance.base_commit, timeout_s=60)
@@ -95,10 +99,12 @@ def test_the_readme_shows_the_command_run_here():
 def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytest(tmp_path):
     """The bundle README's install (``pip install . ./environments/stepwise_swe_bench`` from a
     checkout, into a fresh venv: not the development install) and its offline command as written
-    (all five bundled tasks, 4 rollouts each, 3 rounds, partial reward), against the local
-    scripted model: per task two rollouts apply the gold patch (1 in their first round), two
-    change nothing (0 in each of 3 rounds), every round graded by pytest. Then pytest
-    uninstalled: the same command stops before any episode, naming pytest."""
+    (all five bundled tasks in Docker, 4 rollouts each, 3 rounds, partial reward), against the
+    local scripted model: per task two rollouts apply the gold patch (1 in their first round),
+    two change nothing (0 in each of 3 rounds), every round graded by pytest. Then pytest
+    uninstalled and the command run in bubblewrap, which grades with that install's
+    interpreter: it stops before any episode, naming pytest."""
+    need("docker")
     root = Path(__file__).resolve().parents[2]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -107,9 +113,9 @@ def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytes
     env = {"PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path), "LOCAL_KEY": "sk-local"}
     env |= {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}  # and no PYTHONPATH: the venv's own code
 
-    def vf_eval(server: ModelServer, out: Path) -> subprocess.CompletedProcess:
+    def vf_eval(server: ModelServer, out: Path, *flags: str) -> subprocess.CompletedProcess:
         command = [venv / "bin" / "vf-eval", "stepwise-swe-bench", "-m", "local-model", "--client.base-url"]
-        command += [server.base_url, "--client.api-key-var", "LOCAL_KEY", *README_FLAGS]
+        command += [server.base_url, "--client.api-key-var", "LOCAL_KEY", *README_FLAGS, *flags]
         return subprocess.run(command + ["--no-rich", "-o", str(out)], env=env, capture_output=True, text=True,
                                timeout=900)  # fmt: skip
 
@@ -134,7 +140,7 @@ def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytes
         }
 
         subprocess.run([venv / "bin" / "pip", "uninstall", "-q", "-y", "pytest"], check=True, timeout=300)
-        stopped = vf_eval(server, tmp_path / "stopped")
+        stopped = vf_eval(server, tmp_path / "stopped", "--env.taskset.task.sandbox.engine", "bwrap")
     assert stopped.returncode != 0 and not list((tmp_path / "stopped").glob("*/traces.jsonl"))
     assert "TestRunnerMissing" in stopped.stderr and "cannot run it (" in stopped.stderr
     assert f"`{venv / 'bin'}/python" in stopped.stderr and " -m pip install pytest`" in stopped.stderr

@@ -4,20 +4,25 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.sandbox import BwrapSandbox, hand_over
+from stepwise_swe_bench.sandbox import Sandbox
 from stepwise_swe_bench.state import MAX_RECORDS, Budget, SweBenchState
 from stepwise_swe_bench.tools import ToolError, create_file, edit_file, run_command, view_path
+
+from .conftest import run
 
 
 def text(coroutine) -> str:
     return asyncio.run(coroutine)[0]
 
 
-def test_view_numbers_lines_and_lists_directories(sandbox: BwrapSandbox, repo: Path):
-    (repo / "pkg").mkdir()
-    (repo / "pkg" / "mod.py").write_text("a = 1\nb = 2\nc = 3\n")
-    (repo / ".git").mkdir()
-    hand_over(repo)
+def sh(sandbox: Sandbox, command: str) -> str:
+    result = run(sandbox, command)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_view_numbers_lines_and_lists_directories(sandbox: Sandbox):
+    sh(sandbox, "mkdir pkg .git && printf 'a = 1\\nb = 2\\nc = 3\\n' > pkg/mod.py")
     assert text(view_path(sandbox, "pkg/mod.py", 2, 3, 1000)) == "     2  b = 2\n     3  c = 3\n"
     listing = text(view_path(sandbox, ".", 1, None, 1000))
     assert "./pkg/mod.py" in listing and ".git" not in listing
@@ -26,11 +31,10 @@ def test_view_numbers_lines_and_lists_directories(sandbox: BwrapSandbox, repo: P
         asyncio.run(view_path(sandbox, "pkg/mod.py", 3, 2, 1000))
 
 
-def test_edit_replaces_exactly_one_occurrence(sandbox: BwrapSandbox, repo: Path):
-    (repo / "m.py").write_text("x = 1\ny = 1\n")
-    hand_over(repo)
+def test_edit_replaces_exactly_one_occurrence(sandbox: Sandbox):
+    sh(sandbox, "printf 'x = 1\\ny = 1\\n' > m.py")
     shown = text(edit_file(sandbox, "m.py", "y = 1", "y = 2", 1000))
-    assert (repo / "m.py").read_text() == "x = 1\ny = 2\n" and "     2  y = 2" in shown
+    assert sh(sandbox, "cat m.py") == "x = 1\ny = 2\n" and "     2  y = 2" in shown
     with pytest.raises(ToolError, match="occurs 2 times"):
         asyncio.run(edit_file(sandbox, "m.py", "= ", "== ", 1000))
     with pytest.raises(ToolError, match="does not occur"):
@@ -39,17 +43,16 @@ def test_edit_replaces_exactly_one_occurrence(sandbox: BwrapSandbox, repo: Path)
         asyncio.run(edit_file(sandbox, "m.py", "", "z", 1000))
 
 
-def test_create_makes_directories_and_keeps_bytes(sandbox: BwrapSandbox, repo: Path):
+def test_create_makes_directories_and_keeps_bytes(sandbox: Sandbox):
     content = "line one\n\ttabbed ünïcode\n"
     text(create_file(sandbox, "new/dir/file.txt", content, 1000))
-    assert (repo / "new" / "dir" / "file.txt").read_text() == content
+    assert sh(sandbox, "cat new/dir/file.txt") == content
 
 
-def test_file_tools_cannot_reach_host_files_through_symlinks(sandbox: BwrapSandbox, repo: Path, tmp_path: Path):
+def test_file_tools_cannot_reach_host_files_through_symlinks(sandbox: Sandbox, tmp_path: Path):
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret\n")
-    (repo / "link").symlink_to(secret)
-    hand_over(repo)
+    sh(sandbox, f"ln -s {secret} link")
     assert "host secret" not in text(view_path(sandbox, "link", 1, None, 1000))
     with pytest.raises(ToolError, match="cannot read link"):
         asyncio.run(edit_file(sandbox, "link", "host", "sandbox", 1000))
@@ -58,7 +61,7 @@ def test_file_tools_cannot_reach_host_files_through_symlinks(sandbox: BwrapSandb
     assert secret.read_text() == "host secret\n"
 
 
-def test_long_tool_output_is_cut_in_the_middle(sandbox: BwrapSandbox):
+def test_long_tool_output_is_cut_in_the_middle(sandbox: Sandbox):
     shown, result = asyncio.run(run_command(sandbox, "seq 1 5000", 300))
     assert shown.startswith("1\n2\n") and "characters omitted" in shown and shown.endswith("[exit code 0]")
     assert len(shown) < 400 and result.output_bytes > 20_000
@@ -92,21 +95,18 @@ def test_the_record_stays_bounded():
     assert state.records[0]["input"] == "0" and state.records[-1]["input"] == str(MAX_RECORDS + 49)
 
 
-def test_a_path_that_looks_like_an_option_is_a_path(sandbox: BwrapSandbox, repo: Path):
+def test_a_path_that_looks_like_an_option_is_a_path(sandbox: Sandbox):
     """``view -delete`` once ran ``find -delete`` and wiped the working tree."""
-    (repo / "-delete").mkdir()
-    (repo / "-delete" / "inside.txt").write_text("x\n")
-    hand_over(repo)
+    sh(sandbox, "mkdir ./-delete && echo x > ./-delete/inside.txt")
     listing = text(view_path(sandbox, "-delete", 1, None, 1000))
     assert "./-delete/inside.txt" in listing
-    assert (repo / "hello.txt").read_text() == "hello\n" and (repo / "-delete" / "inside.txt").exists()
+    assert sh(sandbox, "cat hello.txt ./-delete/inside.txt") == "hello\nx\n"
 
 
-def test_terminal_escapes_and_nuls_never_reach_the_model(sandbox: BwrapSandbox, repo: Path):
+def test_terminal_escapes_and_nuls_never_reach_the_model(sandbox: Sandbox):
     shown, result = asyncio.run(run_command(sandbox, r"printf '\033[2J\033]0;owned\007red\000\n'", 1000))
     assert "\x1b" in result.output and "\x00" in result.output  # the exact output is kept ...
     assert shown.startswith("red\n") and not {"\x1b", "\x00", "\x07"} & set(shown)  # ... not shown
     assert not {"\x1b", "\x00"} & set(result.record()["output"])
-    (repo / "esc.txt").write_bytes(b"a\x1b[31mb\x00c\n")
-    hand_over(repo)
+    sh(sandbox, r"printf 'a\033[31mb\000c\n' > esc.txt")
     assert text(view_path(sandbox, "esc.txt", 1, None, 1000)) == "     1  abc\n"

@@ -23,6 +23,7 @@ import stepwise_swe_bench
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 
+from .conftest import need
 from .test_decoys import F2P, TASK, attack, gold
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,7 @@ def bundle_with_a_marked_test(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def rounds(tmp_path_factory) -> dict[str, dict]:
     """Each rollout's one graded round (with its turn rewards): ``gold``, ``none``, ``xfail``."""
+    need("docker")
     home = tmp_path_factory.mktemp("home")
     path = bundle_with_a_marked_test(tmp_path_factory.mktemp("bundle"))
     nothing = ["Nothing to change."]

@@ -1,8 +1,9 @@
 """Env id ``stepwise-swe-bench``: SWE-bench as rounds of tool use, one reward per round.
 
-``vf-eval stepwise-swe-bench`` runs the bundled offline tasks with every model command in a
-bubblewrap sandbox; ``--env.taskset.source verified --env.agent.runtime.type docker`` runs
-SWE-bench Verified in the official per-instance images. See the bundle's README.md.
+``vf-eval stepwise-swe-bench`` runs the bundled offline tasks with every model command in the
+episode's Docker container (``--env.taskset.task.sandbox.engine bwrap``: a bubblewrap sandbox);
+``--env.taskset.source verified`` runs SWE-bench Verified in the official per-instance images.
+See the bundle's README.md.
 
 The exports load on first use, so the tool server (``python -m stepwise_swe_bench.toolset``)
 imports its own modules only, not the environment and its grading.

@@ -5,7 +5,8 @@ the project's files at the base commit.
 
 A task's repository is committed once per process into a template git repository whose commit
 is fixed by content (author, committer and dates are constants), so it must equal the task's
-``base_commit``. Episode setup copies that template: no git process, a few milliseconds.
+``base_commit``. Episode setup copies that template (bubblewrap) or streams it into the episode's
+container as a tar archive (Docker): no git process.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .bwrap import hand_over, remove_tree
 from .instances import FIXTURES, SweInstance
-from .sandbox import hand_over, remove_tree
 
 __all__ = ["FixtureError", "base_checkout", "commit_tree", "materialize"]
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from .instances import SweInstance
 from .machinery import check_change, needs_content, parse_raw_diff, top_level_name, top_level_names, touched_paths
-from .output import CommandResult, printable
+from .output import KILLED, CommandResult, printable
 from .sandbox import Sandbox
 from .verdict import TestRun, expected, judge, make_plan, split_eval_script
 
@@ -55,8 +55,12 @@ _NO_TESTS: dict[str, list[str]] = {"success": [], "failure": []}
 MAX_PATCH_BYTES = 8 * 1024 * 1024
 """Largest diff a round can submit."""
 # git as it runs on the model's repository: none of the repository's hooks, external diff
-# drivers, text conversions or replace refs (which could make the diff differ from the files).
-_GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
+# drivers, text conversions or replace refs (which could make the diff differ from the files), and
+# no global or system configuration (with Docker the model's commands write its $HOME, /tmp).
+_GIT = (
+    "GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 "
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false --no-replace-objects"
+)
 _DIFF = "diff --binary --no-renames --no-ext-diff --no-textconv"
 # What running the code leaves behind, never part of a diff (byte code a model adds on purpose,
 # e.g. with `git add -f`, is still in its index and rejected by ``machinery``).
@@ -161,20 +165,19 @@ async def model_patch(sandbox: Sandbox, base_commit: str, *, timeout_s: float) -
     without build and cache output (``__pycache__``, ``*.pyc``, ``.pytest_cache``,
     ``*.egg-info``). Staged through a throwaway index in /tmp, so the model's own index is left
     alone; files the model made unreadable to itself are made readable first (they belong to the
-    diff). Nothing is written to the repository (the index and new objects go to /tmp), so a
-    repository that filled its volume still yields its diff. Whatever the repository's git
-    configuration makes of it, this text is what is graded."""
+    diff). Nothing is written to the repository (the index and new objects go to a fresh folder
+    in /tmp), so a repository that filled its disk still yields its diff. Whatever the
+    repository's git configuration makes of it, this text is what is graded."""
     result = await sandbox.run(
-        "chmod -R u+rwX . 2>/dev/null; "
-        "cp .git/index /tmp/vf-index 2>/dev/null; export GIT_INDEX_FILE=/tmp/vf-index; "
-        "mkdir /tmp/vf-objects; export GIT_OBJECT_DIRECTORY=/tmp/vf-objects "
+        "chmod -R u+rwX . 2>/dev/null; t=$(mktemp -d) || exit 1; "
+        'cp .git/index "$t/index" 2>/dev/null; export GIT_INDEX_FILE="$t/index"; '
+        'mkdir "$t/objects"; export GIT_OBJECT_DIRECTORY="$t/objects" '
         'GIT_ALTERNATE_OBJECT_DIRECTORIES="$PWD/.git/objects"; '
-        f"{_GIT} add --all -- . {_GENERATED} >/dev/null 2>/tmp/vf-err && "
-        f"{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>/tmp/vf-err "
-        "|| { echo; cat /tmp/vf-err; exit 1; }",
+        f'{_GIT} add --all -- . {_GENERATED} >/dev/null 2>"$t/err" && '
+        f'{_GIT} -c core.fileMode=false {_DIFF} --cached {base_commit} 2>"$t/err" '
+        '|| { echo; cat "$t/err"; rm -rf "$t"; exit 1; }; rm -rf "$t"',
         kept_bytes=MAX_PATCH_BYTES,
         timeout_s=timeout_s,
-        scratch_only=True,  # its index and objects go to /tmp: a full repository is read too
     )
     if result.exit_code != 0 or result.termination != "exit":
         raise PatchError(f"git could not read the repository's changes: {printable(result.describe())[-500:]}")
@@ -255,8 +258,8 @@ async def grade(
     unparsed = RoundGrade(
         "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=exit_code
     )
-    if result.termination in ("timeout", "memory_limit", "disk_limit", "files_limit", "cpu_limit"):
-        return unparsed  # killed mid-run: what its log shows is not a verdict
+    if result.termination != "exit" or result.exit_code in KILLED:
+        return unparsed  # killed mid-run (by its time limit or a cap): its log is not a verdict
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as log:
         log.write(result.output)
         log.flush()
@@ -298,12 +301,12 @@ async def _grade_with_decoys(
     run = result.record(max_chars=1000)
     test_output = plan.readable(result.output)
     failures = failure_summary(test_output, hidden_lines(instance.test_patch))
-    code = result.exit_code if result.termination == "exit" else None
+    code = result.exit_code if result.termination == "exit" and result.exit_code not in KILLED else None
     unparsed = RoundGrade(
         "RESOLVED_NO", False, False, test_output=test_output, failures=failures, run=run, test_exit_code=code
     )
-    if result.termination != "exit":
-        return unparsed  # killed mid-run: what its log shows is not a verdict
+    if result.termination != "exit" or result.exit_code in KILLED:
+        return unparsed  # killed mid-run (by its time limit or a cap): its log is not a verdict
     gold_xfail = set(instance.GOLD_XFAIL)
     outcomes, tampered = judge(plan, result.output, gold_xfail, exit_code=code)
     unparsed = dataclasses.replace(unparsed, outcomes=outcomes)
@@ -356,7 +359,9 @@ def feedback(grade: RoundGrade, *, round_index: int, rounds_left: int, max_log_c
             "Remove those changes."
         ]
     elif not grade.log_parsed:
-        why = f"killed: {grade.run['cap']}" if grade.run.get("cap") else grade.run.get("termination", "unknown")
+        why = grade.run.get("termination", "unknown")
+        if why == "exit" and grade.run.get("exit_code") in KILLED:
+            why = "killed by SIGKILL, as at the episode's memory cap"
         code = grade.test_exit_code
         status = "the test command did not finish" if code is None else f"the test command exited with code {code}"
         lines.append(f"The tests could not be run or their output could not be read ({why}; {status}).")

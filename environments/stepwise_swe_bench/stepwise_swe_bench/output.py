@@ -11,9 +11,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["CommandResult", "OutputBuffer", "Termination", "printable"]
+__all__ = ["KILLED", "CommandResult", "OutputBuffer", "Termination", "printable"]
 
-Termination = Literal["exit", "timeout", "output_limit", "memory_limit", "disk_limit", "files_limit", "cpu_limit"]
+Termination = Literal["exit", "timeout", "output_limit"]
+KILLED = (137, -9)
+"""Exit codes of a command killed by SIGKILL: inside a container (128 + 9), or bwrap itself."""
 # ANSI escape sequences (OSC, CSI, two-byte ESC forms), then C0/C1 controls other than \t, \n.
 _CONTROL = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
@@ -61,9 +63,7 @@ class OutputBuffer:
             return (bytes(self._head) + tail).decode(errors="replace")
         return f"{head}\n[... {self.dropped} bytes of output omitted ...]\n{tail.decode(errors='replace')}"
 
-    def result(
-        self, command: str, exit_code: int, termination: Termination, duration_s: float, cap: str | None = None
-    ) -> CommandResult:
+    def result(self, command: str, exit_code: int, termination: Termination, duration_s: float) -> CommandResult:
         """The record of the command whose output this buffer holds."""
         return CommandResult(
             command=command,
@@ -73,16 +73,14 @@ class OutputBuffer:
             dropped_bytes=self.dropped,
             termination=termination,
             duration_s=round(duration_s, 4),
-            cap=cap,
         )
 
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What one command did. ``exit_code`` follows ``subprocess``: negative = killed by that
-    signal. ``termination`` says who ended it: the command itself, the wall-clock limit, the
-    output limit, or an episode cap (memory, disk); ``cap`` names that cap in words, or one the
-    command ran into without being killed (a full volume)."""
+    """What one command did. ``exit_code`` follows ``subprocess`` (negative: killed by that
+    signal), or the shell's 128 + signal inside a container. ``termination`` says who ended it:
+    the command itself, the wall-clock limit or the output limit."""
 
     command: str
     exit_code: int
@@ -91,7 +89,6 @@ class CommandResult:
     dropped_bytes: int
     termination: Termination
     duration_s: float
-    cap: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -103,14 +100,10 @@ class CommandResult:
             "exit": f"[exit code {self.exit_code}]",
             "timeout": "[killed: the command exceeded its time limit]",
             "output_limit": "[killed: the command produced too much output]",
-            "memory_limit": f"[killed: {self.cap}]",
-            "disk_limit": f"[killed: {self.cap}]",
-            "files_limit": f"[killed: {self.cap}]",
-            "cpu_limit": f"[killed: {self.cap}]",
         }
         note = notes[self.termination]
-        if self.cap is not None and self.termination == "exit":
-            note += f"\n[{self.cap}]"
+        if self.termination == "exit" and self.exit_code in KILLED:
+            note = f"[exit code {self.exit_code}: killed by SIGKILL, as at the episode's memory cap]"
         return f"{printable(self.output).rstrip()}\n{note}".lstrip("\n")
 
     def record(self, max_chars: int = 2000) -> dict[str, Any]:

@@ -8,20 +8,19 @@ after every round.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 import verifiers.v1 as vf
 from pydantic import Field
 
-from .box import prepare_box
+from .box import close_box, prepare_box
 from .instances import BUNDLED, SweInstance, load_instances
 from .limits import SandboxLimits
-from .sandbox import WORKDIR, Sandbox, remove_tree
+from .sandbox import Sandbox, SandboxUnavailable, mode, unenforced
 from .state import Budget, SweBenchState
 from .toolset import SweToolset
 
@@ -34,9 +33,11 @@ __all__ = [
     "SweBenchTaskset",
     "SweBenchTasksetConfig",
     "TestRunnerMissing",
+    "check_docker",
     "check_test_runner",
 ]
 
+_log = logging.getLogger(__name__)
 SWE_INFO = "swe_bench"
 """The ``trace.info`` key of an episode's SWE-bench record: graded rounds, steps, tool calls."""
 
@@ -59,7 +60,7 @@ class SweBenchTaskData(vf.TaskData):
 
 class SweBenchTaskConfig(vf.TaskConfig):
     sandbox: SandboxLimits = SandboxLimits()
-    """Limits of every command the model runs (``--env.taskset.task.sandbox.*``)."""
+    """Where the model's commands and grading run, and their caps (``--env.taskset.task.sandbox.*``)."""
     budget: Budget = Budget()
     """Step and time limits per round and per episode (``--env.taskset.task.budget.*``)."""
     grading_timeout_s: float = Field(1800.0, gt=0)
@@ -101,9 +102,8 @@ class SweBenchTask(vf.Task[SweBenchTaskData, SweBenchState, SweBenchTaskConfig])
         state = trace.state
         info = trace.info.setdefault(SWE_INFO, {})
         info.update(steps=state.steps, tool_calls=state.records)
-        if state.box is not None and state.box.kind == "local":
-            # Commands may have left read-only directories the runtime's teardown cannot remove.
-            remove_tree(Path(state.box.repo))
+        if state.box is not None:
+            await close_box(state.box)
 
     @vf.stop
     def out_of_budget(self, trace: vf.Trace) -> bool:
@@ -145,9 +145,38 @@ class SweBenchTaskset(vf.Taskset[SweBenchTask, SweBenchTasksetConfig]):
 
     def load(self) -> list[SweBenchTask]:
         instances = load_instances(self.config.source, self.config.split, self.config.instance_ids)
-        if any(instance.image is None for instance in instances):
-            check_test_runner(sys.executable)  # what the local sandbox grades with (``box``)
+        limits = self.config.task.sandbox
+        if limits.engine == "docker":
+            check_docker(bundled=any(instance.image is None for instance in instances))
+        else:
+            if any(instance.image is not None for instance in instances):
+                raise SandboxUnavailable(
+                    f"{self.config.source}: SWE-bench instances run in their images: use Docker "
+                    "(--env.taskset.task.sandbox.engine docker)"
+                )
+            check_test_runner(sys.executable)  # what the bubblewrap sandbox grades with (``box``)
+            if missing := unenforced(limits.engine):
+                _log.warning(
+                    "stepwise-swe-bench in bubblewrap (%s) does not enforce these caps: %s",
+                    mode(limits.engine),
+                    "; ".join(missing),
+                )
         return [SweBenchTask(task_data(instance), self.config.task) for instance in instances]
+
+
+def check_docker(bundled: bool) -> None:
+    """Raise ``SandboxUnavailable`` unless a Docker engine answers and, for the bundled tasks
+    (``bundled``), holds their image."""
+    from . import image
+    from .docker import engine_check
+
+    engine_check()
+    if bundled and not image.present(image.TAG):
+        raise SandboxUnavailable(
+            f"the bundled tasks run in the image {image.TAG}, which Docker does not hold: build it once with "
+            "`python -m stepwise_swe_bench.image` (as root; needs debootstrap, ~1-3 min), or run them in "
+            "bubblewrap (--env.taskset.task.sandbox.engine bwrap)"
+        )
 
 
 class TestRunnerMissing(RuntimeError):
@@ -158,7 +187,7 @@ class TestRunnerMissing(RuntimeError):
 
 def check_test_runner(python: str) -> None:
     """Raise ``TestRunnerMissing`` unless ``python`` runs pytest, the runner of the local tasks'
-    eval scripts (``python -m pytest``). The sandbox runs them with this interpreter's
+    eval scripts (``python -m pytest``). The bubblewrap sandbox runs them with this interpreter's
     environment and an empty one of its own, so the check runs it the same way: without it,
     every hidden test would fail to start and every round would score 0 for no fault of the
     model's."""
@@ -184,14 +213,10 @@ def check_test_runner(python: str) -> None:
 
 
 def task_data(instance: SweInstance) -> SweBenchTaskData:
-    """The task row: the prompt the model sees and, for an instance with an image, the container
-    (image, /testbed) with no network for the model's commands (verifiers' framework-only
-    policy; local tasks get no network from the sandbox)."""
-    container: dict[str, Any] = {"image": instance.image, "workdir": WORKDIR, "network_allow": []}
+    """The task row: the prompt the model sees, and the instance."""
     return SweBenchTaskData(
         id=instance.instance_id,
         name=instance.instance_id,
         prompt=PROMPT.format(repo=instance.repo, problem_statement=instance.problem_statement.strip()),
         instance=instance,
-        **(container if instance.image else {}),
     )

@@ -48,8 +48,7 @@ class SweToolset(vf.Toolset[vf.SharedToolsetConfig, SweBenchState]):
             return refusal
         start = time.monotonic()
         try:
-            async with open_sandbox(state.box) as sandbox:
-                text, result = await action(sandbox, state.budget.tool_output_chars)
+            text, result = await action(open_sandbox(state.box), state.budget.tool_output_chars)
         except ToolError as error:
             state.record({"tool": tool, "input": detail[:500], "error": str(error)})
             return f"Error: {error}"

@@ -1,26 +1,31 @@
-"""A verdict the code under test cannot forge without also reporting decoys it cannot pass.
+"""The verdict: which graded tests passed, from a run whose outcomes the code under test cannot
+forge without also forging decoys it cannot tell from them.
 
-For an instance graded by pytest, the eval script is split in two sandbox calls: its set-up
-(everything before swebench's start marker: checkout, hidden tests applied) and the test
-command alone, whose exit status is that call's own. The test command runs pytest through
-``BOOTSTRAP`` with the grader's plugin (``verdict_plugin``) and the round's plan on stdin.
+For an instance graded by pytest, the eval script is split in two sandbox calls
+(``split_eval_script``): its set-up (everything before swebench's start marker: checkout, hidden
+tests applied) and the test command alone, whose exit status is that call's own. The test
+command runs pytest through ``BOOTSTRAP`` with the grader's plugin (``plugin``) and the round's
+plan on stdin.
 
 The plan comes from a secret drawn per round on the host (``secrets.token_bytes``), never
 written anywhere: each graded test ``t`` is run twice, as ``test_<HMAC(secret, "real" + t)>``
 and as ``test_<HMAC(secret, "decoy" + t)>`` (16 hex digits each), with a 16-byte key from the
 same HMAC that both copies use to place each equality's own comparison among others that
 replace one side with its neighbours. A decoy passes if some equality held every way
-(``verdict_plugin``), so an honest run reports it FAILED whether or not the fix is right. The
-plugin prints one structured line of outcomes; stdout is not parsed otherwise.
+(``plugin``), so an honest run reports it FAILED whether or not the fix is right. The plugin
+prints one report line of outcomes; stdout is not parsed otherwise.
 
 A test counts as passing only when its real copy reports what the gold patch's run reports
 (``expected``): ``passed``, or ``xfailed`` for a test the instance's record of that run lists
 (``SweInstance.GOLD_XFAIL``). Any decoy whose outcome is not one an honest run gives
-(``_HONEST_DECOY``; and ``xfailed`` for those tests, whose xfail marker turns the decoy's failure
+(``HONEST_DECOY``; and ``xfailed`` for those tests, whose xfail marker turns the decoy's failure
 into an xfail), a missing report or more than one means the verdict cannot be trusted: the
 round scores 0, the reason on ``RoundGrade.tampered``. So does an exit status of 0 beside a report
 of failed tests (pytest exits 1 when any test fails; an honest run's decoys always do): an exit
 hook or ``os._exit(0)`` after the report forged it.
+
+Nothing here imports the environment: the verdict is ``split_eval_script``, ``make_plan``,
+``Plan.payload`` for the sandbox and ``judge`` for the report.
 """
 
 from __future__ import annotations
@@ -35,28 +40,38 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BOOTSTRAP", "Plan", "TestRun", "expected", "judge", "make_plan", "split_eval_script"]
+__all__ = ["BOOTSTRAP", "HONEST_DECOY", "Plan", "TestRun", "expected", "judge", "make_plan", "split_eval_script"]
 
-_PLUGIN = Path(__file__).with_name("verdict_plugin.py")
+_PLUGIN = Path(__file__).with_name("plugin.py")
 VERDICT_MARK = "STEPWISE-VERDICT"
-"""Must match ``verdict_plugin.VERDICT_MARK``."""
+"""Must match ``plugin.VERDICT_MARK``."""
 _PLUGIN_FILE = "<stepwise-verdict>"
 _SECTION = re.compile(r"^(?:_{3,}|={3,}) ")
 """pytest's section headers: a failure's (``____ name ____``) or a summary's (``==== ... ====``)."""
 _START, _END = ": '>>>>> Start Test Output'", ": '>>>>> End Test Output'"
 _ENVIRONMENT = ("source ", ". ", "conda activate", "export ", "cd ")
 """Set-up lines that the test command's own call repeats (its environment, not its effects)."""
-_HONEST_DECOY = ("failed", "error", "not-collected", "no-decoy")
+HONEST_DECOY = ("failed", "error", "not-collected", "no-decoy")
 """A decoy's outcomes in an honest run: it failed (or its fixtures did), or it was never made
-(its test was not collected, or has no source to copy)."""
+(its test was not collected, or is not a plain function: unittest, async)."""
 BOOTSTRAP = (
-    "import json, sys, types; _p = json.loads(sys.stdin.buffer.read()); sys.stdin.close(); "
-    "_m = types.ModuleType('stepwise_verdict'); "
-    f"exec(compile(_p.pop('plugin'), '{_PLUGIN_FILE}', 'exec'), _m.__dict__); "
-    "_m.PLAN.update(_p); del _p; import pytest; sys.exit(pytest.main(sys.argv[1:], plugins=[_m]))"
+    "def _run():\n"
+    "    import builtins, json, sys, types\n"
+    "    payload = json.loads(sys.stdin.buffer.read())\n"
+    "    sys.stdin.close()\n"
+    "    plugin = types.ModuleType('stepwise_verdict')\n"
+    "    plugin.__builtins__ = dict(builtins.__dict__)\n"
+    f"    exec(compile(payload.pop('plugin'), '{_PLUGIN_FILE}', 'exec'), plugin.__dict__)\n"
+    "    plugin.load(payload)\n"
+    "    import pytest\n"
+    "    return pytest.main(sys.argv[1:], plugins=[plugin])\n"
+    "import sys\n"
+    "sys.exit(_run())\n"
 )
-"""Run as ``python -c BOOTSTRAP ARGS``: reads the plugin and the plan from stdin before pytest
-(and the code under test) is imported, then runs pytest with the plugin."""
+"""Run as ``python -c BOOTSTRAP ARGS``: reads the plugin and the plan from stdin, runs the plugin
+(which binds what it uses and reads the tests' source) with a copy of the builtins, all before
+pytest collects and so before any code under test is imported; then runs pytest with it. The
+plugin and the plan live in that function's frame, not in ``__main__``'s namespace."""
 
 
 @dataclass(frozen=True)
@@ -169,25 +184,24 @@ def judge(
         return {}, "the test run ended without the grader's report of its tests"
     if len(reports) > 1:
         return {}, f"the test run printed {len(reports)} reports of its tests where the grader prints one"
-    try:
-        outcomes = json.loads(reports[0][len(VERDICT_MARK) + 1 :])
-    except json.JSONDecodeError:
+    pairs = [field.partition("=") for field in reports[0][len(VERDICT_MARK) + 1 :].split()]
+    if not all(sep for _, sep, _ in pairs):
         return {}, "the test run's verdict report is not readable"
-    if not isinstance(outcomes, dict):
-        return {}, "the test run's verdict report is not readable"
-    tests = {test: str(outcomes.get(name, "missing")) for name, test in plan.real_names().items()}
-    decoys = {test: str(outcomes.get(name, "missing")) for name, test in plan.decoy_names().items()}
+    outcomes = {name: outcome for name, _, outcome in pairs}
+    tests = {test: outcomes.get(name, "missing") for name, test in plan.real_names().items()}
+    decoys = {test: outcomes.get(name, "missing") for name, test in plan.decoy_names().items()}
     # A test that xfails under gold is marked so: its decoy's failure is reported as an xfail.
     wrong = sorted(
         f"{test} ({outcome})"
         for test, outcome in decoys.items()
-        if outcome not in _HONEST_DECOY and not (outcome == "xfailed" and test in gold_xfail)
+        if outcome not in HONEST_DECOY and not (outcome == "xfailed" and test in gold_xfail)
     )
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
         return tests, (
-            "decoy tests whose expectations are wrong on purpose did not fail, so the test run was "
-            f"tampered with: decoys of {', '.join(wrong[:3])}{more}"
+            "decoy tests whose expectations are wrong on purpose did not fail as they do in an honest run "
+            f"(or were not made, or compared nothing), so the test run was tampered with: decoys of "
+            f"{', '.join(wrong[:3])}{more}"
         )
     if exit_code == 0 and any(outcome in ("failed", "error") for outcome in outcomes.values()):
         return tests, "the test command exited 0 although its report has failed tests, so its exit status was forged"

@@ -1,29 +1,33 @@
-"""The verdict's parts without a sandbox: the eval script's split, the plan's names, the judge."""
+"""The verdict on its own, without a sandbox or the environment: the eval script's split, the
+plan's names, the judge, the comparisons, and the plugin in a real pytest run through the
+bootstrap."""
 
 from __future__ import annotations
 
 import collections
 import enum
 import json
+import os
 import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from stepwise_swe_bench import verdict_plugin
 from stepwise_swe_bench.instances import load_instances
-from stepwise_swe_bench.verdict import BOOTSTRAP, VERDICT_MARK, expected, judge, make_plan, split_eval_script
+from stepwise_swe_bench.verdict import BOOTSTRAP, VERDICT_MARK, expected, judge, make_plan, plugin, split_eval_script
 
 IDS = ["tests/test_a.py::test_one", "tests/test_a.py::test_two[x-1]"]
 
 
 def report(outcomes: dict[str, str]) -> str:
-    return f"noise\n{VERDICT_MARK} {json.dumps(outcomes)}\n"
+    pairs = " ".join(f"{name}={outcome}" for name, outcome in outcomes.items())
+    return f"noise\n{VERDICT_MARK} {pairs}\n"
 
 
 def test_every_bundled_task_splits_into_its_set_up_and_one_bootstrapped_pytest_call():
@@ -104,7 +108,7 @@ VALUES = st.recursive(
 )
 """Expected values as tests write them: numbers, strings, bytes, None, bools and containers of
 them (floats away from over- and underflow, where ``* 2**k`` is exact)."""
-W = verdict_plugin.WIDTH
+W = plugin.WIDTH
 
 
 @given(VALUES, st.integers(0, 15))
@@ -112,29 +116,40 @@ def test_any_value_of_a_line_at_its_own_place_gives_the_same_line(value, draw):
     """What makes the expected value one of ``WIDTH`` without a prior: each of them, drawn at
     its own position, yields exactly the values that were compared, so they cannot say which
     one it is. A value has a line unless it holds nothing that moves."""
-    line = verdict_plugin._line(value, draw)
-    if verdict_plugin._path(value) is None and type(value) is not bool:
+    line = plugin._line(value, draw)
+    if plugin._path(value) is None and type(value) is not bool:
         assert line is None
         return
     assert line is not None
     values, at = line
-    assert len(values) == (2 if type(value) is bool else W) and values[at] is value
+    assert len(values) == (2 if type(value) is bool else W) and values[at] == value
+    assert values[at] is not value or cached(value)  # built as its neighbours are
     assert all(type(other) is type(value) and other != value for i, other in enumerate(values) if i != at)
     for i, other in enumerate(values):
-        assert verdict_plugin._line(other, i) == (values, i)
+        assert plugin._line(other, i) == (values, i)
 
 
 @given(VALUES)
 def test_away_from_the_ends_of_a_line_the_draw_alone_places_the_expected_value(value):
     """``at`` is the draw's (so uniform over ``WIDTH`` places for a uniform draw) unless the
     line ends within ``WIDTH`` steps, e.g. at code point 0."""
-    path = verdict_plugin._path(value)
+    path = plugin._path(value)
     if path is None or type(value) is bool:
         return
-    ends = any(verdict_plugin._moved(value, path, k) is None for k in range(1 - W, W))
+    ends = any(plugin._moved(value, path, k) is None for k in range(1 - W, W))
     for draw in range(W):
-        _, at = verdict_plugin._line(value, draw)
+        _, at = plugin._line(value, draw)
         assert at == draw or ends
+
+
+def cached(value) -> bool:
+    """Whether CPython holds ``value`` as one object however it is built: bools, small ints,
+    one-character strings and bytes."""
+    return (
+        type(value) is bool
+        or (type(value) is int and -5 <= value <= 256)
+        or (type(value) in (str, bytes) and len(value) == 1)
+    )
 
 
 class Always:
@@ -159,12 +174,12 @@ def test_a_value_with_no_line_has_none(value):
     """Was: ``1e17 + 1 == 1e17`` and ``inf + 1 == inf``, so the decoy of an honest test asserting
     ``== 1e17`` passed and the round scored 0 as tampered; ``np.uint8(1) - 1`` raised
     ``OverflowError`` in both copies; an ``IntEnum``'s neighbours were plain ints."""
-    assert verdict_plugin._line(value, 2) is None
+    assert plugin._line(value, 2) is None
 
 
 def test_a_bool_is_compared_with_both_bools():
-    assert verdict_plugin._line(True, 0) == ([False, True], 1)
-    assert verdict_plugin._line(False, 3) == ([False, True], 0)
+    assert plugin._line(True, 0) == ([False, True], 1)
+    assert plugin._line(False, 3) == ([False, True], 0)
 
 
 HONEST = [
@@ -179,7 +194,7 @@ HONEST = [
 @pytest.mark.parametrize("draw", range(4))
 def test_an_honest_equality_holds_in_its_own_comparison_only(left, right, draw):
     """So an honest run's decoy fails and its real copy passes, whichever side is expected."""
-    results, at = verdict_plugin._compare(left, right, draw)
+    results, at = plugin._compare(left, right, draw)
     assert results[at] and not all(results)
 
 
@@ -187,9 +202,9 @@ def test_a_wildcard_where_the_other_side_moves_makes_an_honest_decoy_pass():
     """A limit, as the README says: the right side's elements that have a line are compared with
     their neighbours, so an expected value on the left holding a wildcard (``mock.ANY``) across
     from one equals them all, and the honest round is flagged."""
-    results, _ = verdict_plugin._compare({"id": mock.ANY}, {"id": 7}, 0)
+    results, _ = plugin._compare({"id": mock.ANY}, {"id": 7}, 0)
     assert all(results)
-    assert verdict_plugin._forged(verdict_plugin._groups([mock.ANY, 3], [1, 3], place))
+    assert plugin._forged(plugin._groups([mock.ANY, 3], [1, 3], place))
 
 
 FORGED = [(Always(), 5), (5, Always()), ("a_b", Always()), (Always(), object()), (object(), Always()),
@@ -202,7 +217,7 @@ def test_an_equality_that_is_always_true_holds_in_every_comparison_on_either_sid
     """Was: ``assert "a_b" == f()`` with ``f`` returning an always-equal object passed its real
     copy and failed its decoy, unflagged, every time: the expected side was compared only with
     objects equal to nothing, which never asked the forgery."""
-    results, _ = verdict_plugin._compare(left, right, draw)
+    results, _ = plugin._compare(left, right, draw)
     assert all(results)
 
 
@@ -220,17 +235,17 @@ def place(path):
 def test_an_honest_container_holds_in_each_elements_own_comparison_only(left, right):
     """Element by element as Python compares containers (an element is its own equal first, so
     a list holding one nan object equals itself), each group failing somewhere."""
-    groups = verdict_plugin._groups(left, right, place)
+    groups = plugin._groups(left, right, place)
     assert all(results[at] for results, at in groups) == (left == right)
-    assert not verdict_plugin._forged(groups)
+    assert not plugin._forged(groups)
 
 
 def test_an_always_true_element_anywhere_in_a_result_holds_every_way():
     """Was: only the expected value's last element that can move was compared with its
     neighbours, so an always-equal object elsewhere in a list was asked only beside equal values
     and never flagged."""
-    groups = verdict_plugin._groups([Always(), "b", 3], ["a", "b", 3], place)
-    assert all(results[at] for results, at in groups) and verdict_plugin._forged(groups)
+    groups = plugin._groups([Always(), "b", 3], ["a", "b", 3], place)
+    assert all(results[at] for results, at in groups) and plugin._forged(groups)
 
 
 def test_an_element_of_the_codes_own_is_asked_only_about_its_own_elements_four_values():
@@ -242,7 +257,7 @@ def test_an_element_of_the_codes_own_is_asked_only_about_its_own_elements_four_v
             seen.append(other)
             return False
 
-    verdict_plugin._groups([Recorder(), "b"], ["a", "b"], place)
+    plugin._groups([Recorder(), "b"], ["a", "b"], place)
     assert len(seen) == 4 and seen.count("a") == 1 and len(set(seen)) == 4
 
 
@@ -254,29 +269,36 @@ def test_a_container_of_another_shape_or_past_the_leaf_cap_is_compared_whole():
         def __hash__(self):
             return 0
 
-    assert len(verdict_plugin._groups({Raises(): 1}, {Raises(): 1}, place)) == 1
-    assert len(verdict_plugin._groups([1, 2], [1, 2, 3], place)) == 1
-    assert len(verdict_plugin._groups((1, 2), [1, 2], place)) == 1
-    big = list(range(verdict_plugin._LEAVES + 1))
-    assert len(verdict_plugin._groups(big, list(big), place)) == 1
+    assert len(plugin._groups({Raises(): 1}, {Raises(): 1}, place)) == 1
+    assert len(plugin._groups([1, 2], [1, 2, 3], place)) == 1
+    assert len(plugin._groups((1, 2), [1, 2], place)) == 1
+    big = list(range(plugin._LEAVES + 1))
+    assert len(plugin._groups(big, list(big), place)) == 1
 
 
 ALWAYS = "class Always:\n    def __eq__(self, other):\n        return True\n\n\ndef test_one():\n"
 """A test module's start: ``Always``, then ``test_one``'s line, its body to follow."""
 
 
-def plugin_run(tmp_path, source: str, secret: bytes) -> tuple[dict[str, str], str | None]:
+def plugin_run(
+    tmp_path, source: str, secret: bytes, plugin_source: str | None = None
+) -> tuple[dict[str, str], str | None]:
     """The verdict of ``source`` (one test module) run through the bootstrap and the plugin as
-    the grader runs it, without a sandbox (the code here is the test's own)."""
+    the grader runs it, without a sandbox (the code here is the test's own); ``plugin_source``
+    stands in for the plugin's."""
     (tmp_path / "test_it.py").write_text(textwrap.dedent(source))
     ids = [f"test_it.py::{name}" for name in re.findall(r"^def (test_\w+)", textwrap.dedent(source), re.M)]
     plan = make_plan(ids, secret=secret)
+    payload = plan.payload()
+    if plugin_source is not None:
+        payload = json.dumps({**json.loads(payload), "plugin": plugin_source}).encode()
     run = subprocess.run(
-        [sys.executable, "-c", BOOTSTRAP, "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_it.py"],
-        input=plan.payload(),
+        [sys.executable, "-c", BOOTSTRAP, "-q", "-p", "no:cacheprovider", "test_it.py"],
+        input=payload,
         cwd=tmp_path,
         capture_output=True,
         timeout=120,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # as in the sandbox
     )
     return judge(plan, run.stdout.decode(), exit_code=run.returncode)
 
@@ -286,9 +308,7 @@ def secret_placing(first_draw: int) -> bytes:
     return next(
         secret
         for n in range(1000)
-        if verdict_plugin._draw(
-            make_plan(["test_it.py::test_one"], secret=(secret := b"%d" % n)).tests[0]["key"], 0, ()
-        )
+        if plugin._draw(make_plan(["test_it.py::test_one"], secret=(secret := b"%d" % n)).tests[0]["key"], 0, ())
         == first_draw
     )
 
@@ -343,7 +363,113 @@ def test_a_guessing_equality_passes_at_one_place_in_width_and_is_not_flagged(tmp
     value is on (before: 1 / 2, certainty where the one perturbed value gave itself away, e.g.
     ``"a-slug"`` against ``"a-slu"``, and with the expected value on the left, certainty: the
     guess was asked only about the expected value)."""
-    for place in range(verdict_plugin.WIDTH):
+    for place in range(plugin.WIDTH):
         tests, why = plugin_run(tmp_path, GUESS.format(n=guess + 1, assertion=assertion), secret_placing(place))
         assert why is None
         assert tests["test_it.py::test_one"] == ("passed" if place == guess else "failed")
+
+
+def test_the_real_comparison_is_given_a_fresh_copy_as_its_neighbours_are():
+    """Was: the expected object itself, referenced from the test's and the grader's frames, so
+    an ``__eq__`` that answered by its reference count (or identity) told it from its fresh
+    neighbours and passed every real copy unflagged."""
+    expected_value = "-".join(["a", "slug"])  # not interned, not cached
+    seen: list[tuple[int, bool]] = []
+
+    class Recorder:
+        def __eq__(self, other):
+            seen.append((sys.getrefcount(other), other is expected_value))
+            return False
+
+    for draw in range(W):
+        seen.clear()
+        results, at = plugin._compare(Recorder(), expected_value, draw)
+        assert len(seen) == W and not any(same for _, same in seen)
+        assert len({count for count, _ in seen}) == 1, seen  # nothing sets the expected one apart
+
+
+REBINDINGS = {
+    "getsourcelines": "import inspect\ndef _no(*a):\n    raise OSError('no source')\ninspect.getsourcelines = _no\n",
+    "visit": "import ast\nast.NodeVisitor.visit = lambda self, node: node\n",
+    "function": "import pytest\npytest.Function = type('Function', (pytest.Function,), {})\n",
+    "pytest_python_function": "import _pytest.python as p\np.Function = type('Function', (p.Function,), {})\n",
+    "compile": "import builtins\n_c = builtins.compile\nbuiltins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)\n",
+}
+"""Code under test that, at import, switches off what made the decoys (each scored 1 beside an
+always-true ``==`` before the plugin bound what it uses at its start)."""
+
+
+@pytest.mark.parametrize("name", sorted(REBINDINGS))
+def test_rebinding_what_the_plugin_uses_at_import_leaves_the_decoys_in_place(tmp_path, name):
+    source = REBINDINGS[name] + ALWAYS + '    assert Always() == "a-slug"\n'
+    _, why = plugin_run(tmp_path, source, b"s")
+    assert why is not None and "(passed)" in why
+
+
+def test_the_plugin_and_the_plan_are_not_in_the_main_module(tmp_path):
+    """Was: ``sys.modules["__main__"]._m.PLAN`` held every real name and key at import."""
+    source = (
+        "import sys\n"
+        "main = vars(sys.modules['__main__'])\n"
+        "FOUND = sorted(k for k in main if not k.startswith('__'))\n"
+        "def test_one():\n    assert FOUND == ['_run', 'sys']\n"
+    )
+    assert plugin_run(tmp_path, source, b"s") == ({"test_it.py::test_one": "passed"}, None)
+
+
+def test_a_plain_test_the_plugin_cannot_copy_flags_the_round(tmp_path):
+    """A plain function must have a decoy: where none was made, the round is flagged
+    (``undecoyed``), not taken for a test without one (unittest, async)."""
+    broken = (
+        Path(plugin.__file__)
+        .read_text()
+        .replace("def _factory(", "def _factory(*a):\n    raise RuntimeError\n\n\ndef _unused(")
+    )
+    tests, why = plugin_run(tmp_path, "def test_one():\n    assert 1 + 1 == 2\n", b"s", broken)
+    assert tests == {"test_it.py::test_one": "passed"} and why is not None and "(undecoyed)" in why
+
+
+def test_a_decoy_that_compared_nothing_flags_the_round(tmp_path):
+    """A test whose body asserts ``==`` before any return compares at least once whenever it
+    returns: a decoy that returned having compared nothing was switched off (``unchecked``)."""
+    unrewritten = Path(plugin.__file__).read_text().replace("    _rewrite(definition, [0])\n", "")
+    _, why = plugin_run(tmp_path, "def test_one():\n    assert 1 + 1 == 2\n", b"s", unrewritten)
+    assert why is not None and "(unchecked)" in why
+    # Every parametrization of a test: they share its definition, rewritten once, so the second
+    # is not read from the rewritten source (which asserts no ``==``). Here the rewrite runs and
+    # the decoy's check records nothing.
+    silenced = Path(plugin.__file__).read_text().replace("held.append(_forged(groups))", "pass")
+    source = "import pytest\n\n\n@pytest.mark.parametrize('x', [1, 2])\ndef test_one(x):\n    assert x == x\n"
+    (tmp_path / "test_it.py").write_text(source)
+    plan = make_plan(["test_it.py::test_one[1]", "test_it.py::test_one[2]"], secret=b"s")
+    payload = json.dumps({**json.loads(plan.payload()), "plugin": silenced}).encode()
+    run = subprocess.run(
+        [sys.executable, "-c", BOOTSTRAP, "-q", "-p", "no:cacheprovider", "test_it.py"],
+        input=payload, cwd=tmp_path, capture_output=True, timeout=120,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )  # fmt: skip
+    _, why = judge(plan, run.stdout.decode(), exit_code=run.returncode)
+    assert why is not None and why.count("(unchecked)") == 2, why
+    # An equality only in a branch, or after a return that may come first: nothing is required.
+    source = (
+        "def test_one():\n    if False:\n        assert 1 == 2\n\n\ndef test_two():\n    return\n    assert 1 == 2\n"
+    )
+    tests, why = plugin_run(tmp_path, source, b"s", unrewritten)
+    assert why is None and set(tests.values()) == {"passed"}
+
+
+def test_unittest_and_async_tests_run_as_they_are_without_a_decoy(tmp_path):
+    source = (
+        "import asyncio, unittest\n\n\nclass TestCase(unittest.TestCase):\n    def test_in_case(self):\n"
+        "        self.assertEqual(1 + 1, 2)\n\n\ndef test_plain():\n    assert asyncio.run(coro()) == 3\n\n\n"
+        "async def coro():\n    return 3\n"
+    )
+    (tmp_path / "test_it.py").write_text(source)
+    plan = make_plan(["test_it.py::TestCase::test_in_case", "test_it.py::test_plain"], secret=b"s")
+    run = subprocess.run(
+        [sys.executable, "-c", BOOTSTRAP, "-q", "-p", "no:cacheprovider", "test_it.py"],
+        input=plan.payload(), cwd=tmp_path, capture_output=True, timeout=120,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )  # fmt: skip
+    tests, why = judge(plan, run.stdout.decode(), exit_code=run.returncode)
+    assert why is None and set(tests.values()) == {"passed"}
