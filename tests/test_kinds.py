@@ -50,9 +50,8 @@ def test_no_estimator_named_scores_with_the_kinds_default_and_says_so_once(capsy
     assert list(records.values()) == list(score_group(group, "grpo").values())
     score_group(group)
     said = capsys.readouterr().err.splitlines()
-    assert said == [
-        f"verifiers-stepwise: no estimator named; credit kind refinement -> grpo(): {DEFAULTS[CreditKind.REFINEMENT].why}"
-    ]
+    why = DEFAULTS[CreditKind.REFINEMENT].why
+    assert said == [f"verifiers-stepwise: no estimator named; credit kind refinement -> grpo(): {why}"]
 
 
 def test_an_undeclared_group_gets_the_package_default(capsys):
