@@ -242,7 +242,7 @@ def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int):
 
     score_completions_only()
 
-    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
+    from verifiers_stepwise.hosts.trl.inference.model import DEFAULT_MODEL, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
     if args.model not in _BASE:

@@ -39,7 +39,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from verifiers_stepwise import Estimator, GiGPO, RaggedBatch, Stepwise  # noqa: E402
+from verifiers_stepwise import Estimator, RaggedBatch
+from verifiers_stepwise.estimators.gigpo import GiGPO
+from verifiers_stepwise.estimators.stepwise import Stepwise  # noqa: E402
 
 BASELINES = ("pooled", "per_turn", "absorbing", "leave_one_out", "trajectory")
 BUDGET_MS = 20.0

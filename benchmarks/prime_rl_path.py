@@ -5,7 +5,7 @@
 algorithm one group at a time, so all paths run group by group, as prime-rl would call them:
 
 - stepwise: ``StepwiseAlgorithm.score_group`` (``verifiers_stepwise.hosts.prime_rl``; without
-  prime-rl installed, the one call it makes, ``credit.score_group``): per-turn rewards from
+  prime-rl installed, the two calls it makes, ``credit.score_group`` and ``write_credit``): per-turn rewards from
   ``trace.info``, the ``stepwise`` estimator, ``node.advantages`` per turn.
 - reference: reward minus group mean broadcast to every sampled token of the trace — prime-rl's
   GRPO written as plain Python, counting sampled tokens with ``sum(node.mask)`` as prime-rl
@@ -54,7 +54,7 @@ from verifiers_stepwise import get_estimator  # noqa: E402
 from verifiers_stepwise.estimators import Estimator  # noqa: E402
 from verifiers_stepwise.estimators.base import Estimate  # noqa: E402
 from verifiers_stepwise.testing.traces import TraceBuilder  # noqa: E402
-from verifiers_stepwise.traces.credit import score_group  # noqa: E402
+from verifiers_stepwise.traces.credit import score_group, write_credit  # noqa: E402
 from verifiers_stepwise.traces.turns import append_turn  # noqa: E402
 
 
@@ -106,6 +106,15 @@ def reward_minus_mean(episodes: list[vf.Episode], count_sampled: Callable[[list[
             sampled = count_sampled(node.mask)
             if sampled:
                 node.advantages = [advantage] * sampled
+
+
+def score_and_write(episodes: list[vf.Episode], estimator: Estimator) -> None:
+    """What ``StepwiseAlgorithm.score_group`` does: the group's records, each kept on its trace."""
+    records = score_group(episodes, estimator)
+    for episode in episodes:
+        for trace in episode.traces:
+            if trace.id in records:
+                write_credit(trace, records[trace.id])
 
 
 count_true = operator.methodcaller("count", True)  # mask.count(True), without a Python frame
@@ -243,12 +252,14 @@ def main() -> None:
         prime_rl_paths["prime-rl GRPOAlgorithm.score_group"] = lambda group: _drive(grpo.score_group(group))
     else:
         estimator = get_estimator("stepwise", gamma=0.4)
-        paths["stepwise: credit.score_group (StepwiseAlgorithm's one call)"] = lambda g: score_group(g, estimator)
+        paths["stepwise: score_group + write_credit (StepwiseAlgorithm's calls)"] = lambda g: score_and_write(
+            g, estimator
+        )
     paths[BROADCAST] = reward_minus_mean
     paths["reward-minus-mean broadcast, list.count"] = lambda group: reward_minus_mean(group, count_true)
     paths.update(prime_rl_paths)
-    paths[ADDED[0]] = lambda group: score_group(group, default)
-    paths[ADDED[1]] = lambda group: score_group(group, replayed)
+    paths[ADDED[0]] = lambda group: score_and_write(group, default)
+    paths[ADDED[1]] = lambda group: score_and_write(group, replayed)
 
     first = next(iter(paths))
     if args.walked:

@@ -7,7 +7,7 @@
     python benchmarks/trl_learning.py --out benchmarks/results/trl_learning_precision --methods stepwise \
         --dtype bfloat16 float32
 
-Policy: Gemma 3 270M from PyPI (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every
+Policy: Gemma 3 270M from PyPI (``hosts.trl.inference.model``) with a LoRA adapter (r 16, α 32, every
 linear layer), trained by ``StepwiseGRPOTrainer`` on ``stepwise-sums`` (train split; a + b with
 a in ``--a-range`` and b in ``--b-range``, by default a two-digit a and one-digit b, a
 too-high/too-low hint after a wrong answer, up to ``--max-turns`` tries; ``--scoring``
@@ -104,7 +104,7 @@ def make_trainer(args: argparse.Namespace, method: str, seed: int, steps: int, d
     from peft import LoraConfig
     from trl import GRPOConfig
 
-    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, load_model
+    from verifiers_stepwise.hosts.trl.inference.model import DEFAULT_MODEL, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
     if dtype not in _BASE:  # loaded once a worker (the tokenizer alone takes ~7 s); each run trains a copy

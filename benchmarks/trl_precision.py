@@ -2,7 +2,7 @@
 
     python benchmarks/trl_precision.py --out benchmarks/results/trl_precision
 
-Gemma 3 270M (``hosts.trl.model``) with a LoRA adapter (r 16, α 32, every linear layer) whose B
+Gemma 3 270M (``hosts.trl.inference.model``) with a LoRA adapter (r 16, α 32, every linear layer) whose B
 matrices are drawn N(0, 0.02²), so the adapter is not the no-op it starts as; the same weights in
 float32 and in bfloat16 (frozen base in bfloat16, adapters in float32, as TRL builds them). The
 batch: ``--episodes`` ``stepwise-sums`` prompts (2 shots, train split) each followed by 6 sampled
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     import verifiers.v1 as vf
     from peft import LoraConfig, get_peft_model
 
-    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, contiguous_output_embeddings, load_model
+    from verifiers_stepwise.hosts.trl.inference.model import DEFAULT_MODEL, contiguous_output_embeddings, load_model
 
     args = parse_args(argv)
     torch.manual_seed(args.seed)

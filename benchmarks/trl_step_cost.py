@@ -49,7 +49,7 @@ def one_run(args: argparse.Namespace) -> dict:
     from stepwise_sums.sums import answer_of
     from trl import GRPOConfig, GRPOTrainer
 
-    from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL, contiguous_output_embeddings, load_model
+    from verifiers_stepwise.hosts.trl.inference.model import DEFAULT_MODEL, contiguous_output_embeddings, load_model
     from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
 
     model, tokenizer = load_model(args.model or DEFAULT_MODEL, args.dtype)

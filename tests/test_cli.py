@@ -26,6 +26,7 @@ from verifiers_stepwise.analysis import report as report_module
 from verifiers_stepwise.analysis.cli import main
 from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
 from verifiers_stepwise.estimators.returns import discounted_returns
+from verifiers_stepwise.estimators.stepwise import Stepwise
 from verifiers_stepwise.testing.trace_files import make_episode, write_episodes, write_large_traces
 from verifiers_stepwise.traces.credit import score_group
 from verifiers_stepwise.traces.turns import read_turns
@@ -67,14 +68,17 @@ def library_groups(episodes: list[vf.Episode]) -> dict[str, list[vf.Episode]]:
 
 
 def per_turn_reference(groups: list[list[list[float]]], estimator) -> list[dict]:
-    """Per-turn-index statistics in plain Python from the library's per-group results."""
-    gamma = getattr(estimator.config, "gamma", 1.0)
-    aggregation = getattr(estimator.config, "aggregation", "sum")
+    """Per-turn-index statistics in plain Python from the library's per-group results; the
+    returns those of ``stepwise`` (the one estimator built on them), None for the others."""
+    stepwise = isinstance(estimator, Stepwise)
     by_turn: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
     for group in groups:
         for rewards, advantages in zip(group, estimator(group)):
-            for t, (r, R, a) in enumerate(zip(rewards, discounted_returns(rewards, gamma, aggregation), advantages)):
-                by_turn[t].append((r, R, a))
+            returns = (
+                discounted_returns(rewards, estimator.config.gamma, estimator.config.aggregation) if stepwise else None
+            )
+            for t, (r, a) in enumerate(zip(rewards, advantages)):
+                by_turn[t].append((r, returns[t] if returns else None, a))
     rows = []
     for t in sorted(by_turn):
         r, R, a = (list(column) for column in zip(*by_turn[t]))
@@ -84,7 +88,7 @@ def per_turn_reference(groups: list[list[list[float]]], estimator) -> list[dict]
                 "turn": t,
                 "count": len(a),
                 "mean_reward": sum(r) / len(r),
-                "mean_return": sum(R) / len(R),
+                "mean_return": sum(R) / len(R) if stepwise else None,
                 "advantage_mean": mean,
                 "advantage_std": math.sqrt(sum((x - mean) ** 2 for x in a) / len(a)),
                 "advantage_min": min(a),
@@ -98,7 +102,10 @@ def assert_rows_close(actual: list[dict], expected: list[dict]) -> None:
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected):
         for key, value in want.items():
-            assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), (got["turn"], key)
+            assert got[key] == (None if value is None else pytest.approx(value, rel=1e-12, abs=1e-12)), (
+                got["turn"],
+                key,
+            )
 
 
 # -- grouping -----------------------------------------------------------------------------
@@ -117,7 +124,7 @@ def test_vf_eval_output_is_grouped_by_task_and_advantages_equal_score_group(tmp_
     # The library on the same groups: score_group writes the advantages the CLI reports.
     expected = {}
     for group in library_groups(episodes).values():
-        for episode, values in zip(group, [c.advantages for c in score_group(group, "stepwise")]):
+        for episode, values in zip(group, [c.advantages for c in score_group(group, "stepwise").values()]):
             for t, value in enumerate(values):
                 expected[episode.id, t] = value
     assert {(row["episode"], row["turn"]): row["advantage"] for row in rows} == expected
@@ -248,7 +255,7 @@ def test_compare_and_gamma_sweep_equal_the_library(tmp_path, capsys):
         "stepwise(scale='none', eps=1e-06, gamma=0.6, aggregation='sum', baseline='per_turn')",
     ]
     assert_rows_close(report["estimators"][1]["turns"], per_turn_reference(groups, compare))
-    assert [e["returns"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
+    assert [e["config"]["gamma"] for e in report["sweep"]] == [0.0, 0.5, 1.0]
     for entry, gamma in zip(report["sweep"], (0.0, 0.5, 1.0)):
         assert_rows_close(entry["turns"], per_turn_reference(groups, get_estimator("stepwise", gamma=gamma)))
 
@@ -315,7 +322,9 @@ def test_compare_prints_both_configs_side_by_side(tmp_path, capsys, monkeypatch,
     assert printed == expected  # every statistic once, main beside compare, in order
 
 
-def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, capsys):
+def test_compare_another_estimator_and_grpo_shows_no_returns(tmp_path, capsys):
+    """Returns are the estimator's own: grpo is not built on per-turn returns, so it has none
+    (they were once recomputed with a guessed gamma of 1)."""
     episodes = rollouts(tasks=2, per_task=3, seed=1)
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, out, err = run(
@@ -333,7 +342,7 @@ def test_compare_another_estimator_and_grpo_returns_are_reward_to_go(tmp_path, c
     )
     assert code == 0, err
     grpo, stepwise = json.loads(out)["estimators"]
-    assert grpo["returns"] == {"gamma": 1.0, "aggregation": "sum"}
+    assert {row["mean_return"] for row in grpo["turns"]} == {None}
     assert stepwise["config"]["baseline"] == "trajectory" and stepwise["config"]["gamma"] == 1.0
     groups = [[e.traces[0].info["turn_rewards"] for e in g] for g in library_groups(episodes).values()]
     assert_rows_close(grpo["turns"], per_turn_reference(groups, get_estimator("grpo", scale="none")))
@@ -413,10 +422,11 @@ def test_errored_and_untrainable_traces_are_left_out_like_score_group_and_counte
     assert code == 0, err
     report = json.loads(out)
     assert report["counts"] | {"errored": 1, "not_trainable": 1, "trajectories": 3, "traces": 5} == report["counts"]
-    expected = [credit.advantages if credit else [] for credit in score_group(group, "stepwise")]
+    records = score_group(group, "stepwise")
     rows = read_rows(tmp_path / "traces.advantages.jsonl")
-    for episode, values in zip(group, expected):
-        assert [r["advantage"] for r in rows if r["episode"] == episode.id] == values
+    for episode in group:
+        credit = records.get(episode.traces[0].id)
+        assert [r["advantage"] for r in rows if r["episode"] == episode.id] == (credit.advantages if credit else [])
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -595,7 +605,10 @@ def test_plot_without_matplotlib_prints_the_tables_then_says_what_the_plot_needs
     code, out, err = run(capsys, "advantages", traces, "--plot", tmp_path / "credit.png")
     assert code == 1
     assert "mean adv" in out and "plot:" not in out
-    needs = "vf-stepwise --plot needs matplotlib, which is not installed: pip install 'verifiers-stepwise[plot]'"
+    needs = (
+        "vf-stepwise --plot (and the TRL command's reward curve) needs matplotlib, which is not installed: "
+        "pip install 'verifiers-stepwise[plot]'"
+    )
     assert err.splitlines() == [f"error: no plot written: {needs}"]
     assert (tmp_path / "traces.advantages.jsonl").exists() and not (tmp_path / "credit.png").exists()
 
@@ -759,7 +772,7 @@ def test_console_script_on_traces_of_a_real_vf_eval_run(vf_eval_run, tmp_path):
     ):
         expected = {}
         for group in library_groups(episodes).values():
-            for episode, values in zip(group, [c.advantages for c in score_group(group, estimator)]):
+            for episode, values in zip(group, [c.advantages for c in score_group(group, estimator).values()]):
                 expected.update(((episode.id, t), v) for t, v in enumerate(values))
         assert {(r["episode"], r["turn"]): r[name] for r in rows} == expected
     assert max(r["turns"] for r in rows) == 3 and len({r["reward"] for r in rows}) > 3
@@ -830,7 +843,7 @@ def test_a_trace_without_turn_rewards_counts_as_score_group_counts_it(tmp_path, 
     assert code == 0, err
     rows = read_rows(tmp_path / "rows.jsonl")
     copies = [vf.Episode.model_validate(e.model_dump()) for e in group]
-    expected = [credit.advantages for credit in score_group(copies, get_estimator("stepwise"))]
+    expected = [credit.advantages for credit in score_group(copies, get_estimator("stepwise")).values()]
     for episode, values in zip(group, expected):
         assert [r["advantage"] for r in rows if r["episode"] == episode.id] == pytest.approx(values)
     assert len([r for r in rows if r["episode"] == group[1].id]) == len(expected[1]) > 0
@@ -846,8 +859,8 @@ def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_pa
     episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
     traces = write_episodes(tmp_path / "traces.jsonl", episodes)
     code, _, err = run(capsys, "advantages", traces, "--no-output")
-    assert code != 0 and "--turn-rewards scores" in err
-    code, out, err = run(capsys, "advantages", traces, "--turn-rewards", "scores", "-o", tmp_path / "t.jsonl")
+    assert code != 0 and "--reading scores" in err
+    code, out, err = run(capsys, "advantages", traces, "--reading", "scores", "-o", tmp_path / "t.jsonl")
     assert code == 0, err
     rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]
     assert rewards == pytest.approx([0.2, 0.0, 0.7])

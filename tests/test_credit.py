@@ -1,5 +1,5 @@
-"""score_group: a registered estimator applied to a group of v1 episodes, credit on each turn,
-one credit record per trace."""
+"""score_group: a registered estimator applied to a group of v1 episodes, one credit record
+per trace; write_credit: the record kept on its trace, each turn's advantage on its tokens."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.testing.trace_files import make_episode
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.credit import CREDIT, Credit, credit_group, exclusion_reason, read_credit, score_group
-from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
+from verifiers_stepwise.traces.credit import (
+    CREDIT,
+    Credit,
+    credit_group,
+    exclusion_reason,
+    read_credit,
+    score_group,
+    write_credit,
+)
+from verifiers_stepwise.traces.turns import append_turn
 
 
 def rollout(rewards: list[float], *, tokens: bool = True, reward: float | None = None) -> vf.Episode:
@@ -33,14 +41,34 @@ def sampled_advantages(trace: vf.Trace) -> list[list[float] | None]:
     return [node.advantages for node in trace.nodes if node.sampled]
 
 
+def score(group: list[vf.Episode], estimator, **kwargs) -> list[Credit | None]:
+    """score_group's record of each trace, kept on it with write_credit (prime-rl's path), in
+    episode then trace order; None for an untrainable trace."""
+    records = score_group(group, estimator, **kwargs)
+    for credit_of, trace in ((records.get(t.id), t) for e in group for t in e.traces):
+        if credit_of is not None:
+            write_credit(trace, credit_of)
+    return [records.get(trace.id) for episode in group for trace in episode.traces]
+
+
 def advantages_of(group: list[vf.Episode], estimator, **kwargs) -> list[list[float]]:
     """score_group's advantages per trace ([] for an untrainable or excluded one)."""
-    return [credit.advantages if credit else [] for credit in score_group(group, estimator, **kwargs)]
+    return [credit.advantages if credit else [] for credit in score(group, estimator, **kwargs)]
+
+
+def test_score_group_returns_the_records_by_trace_and_writes_nothing():
+    group = [rollout([0.0, 1.0]), rollout([1.0])]
+    records = score_group(group, "stepwise")
+    assert list(records) == [episode.traces[0].id for episode in group]
+    assert [r.advantages for r in records.values()] == get_estimator("stepwise")([[0.0, 1.0], [1.0]])
+    for episode in group:
+        (trace,) = episode.traces
+        assert CREDIT not in trace.info and all(node.advantages is None for node in trace.nodes)
 
 
 def test_stepwise_by_name_matches_the_estimator_and_lands_on_each_turn():
     group = [rollout([0.0, 0.5, 1.0]), rollout([1.0]), rollout([0.0, 0.0])]
-    records = score_group(group, "stepwise")
+    records = score(group, "stepwise")
     expected = get_estimator("stepwise")([[0.0, 0.5, 1.0], [1.0], [0.0, 0.0]])
     assert [r.advantages for r in records] == expected
     for episode, values, record in zip(group, expected, records):
@@ -53,7 +81,7 @@ def test_stepwise_by_name_matches_the_estimator_and_lands_on_each_turn():
         assert record == Credit(
             "stepwise", "rewards", trace.info["turn_rewards"], trace.info["turn_nodes"], values, returns
         )
-        assert read_credit(trace) == record and trace.info[CREDIT] == record.to_info()
+        assert read_credit(trace) == record
 
 
 def test_a_configured_estimator_instance_is_used_as_given():
@@ -61,12 +89,12 @@ def test_a_configured_estimator_instance_is_used_as_given():
     estimator = get_estimator("stepwise", gamma=0.9, baseline="per_turn", scale="none")
     assert advantages_of(group, estimator) == estimator([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0]])
     assert read_credit(group[0].traces[0]).estimator == "stepwise"  # the name it was looked up by
-    assert score_group(group, type(estimator)())[0].estimator == "Stepwise"  # built directly: its class
+    assert score(group, type(estimator)())[0].estimator == "Stepwise"  # built directly: its class
 
 
 def test_grpo_by_name_gives_every_turn_of_a_trajectory_its_advantage():
     group = [rollout([0.0, 1.0]), rollout([0.0, 0.0])]
-    a, b = score_group(group, "grpo")
+    a, b = score_group(group, "grpo").values()
     assert a.advantages == [pytest.approx(1.0, abs=1e-5)] * 2 and b.advantages == [pytest.approx(-1.0, abs=1e-5)] * 2
     assert a.returns is None, "grpo is not built on per-turn returns"
 
@@ -93,7 +121,7 @@ def test_missing_error_refuses_traces_without_turn_rewards():
     plain = TraceBuilder()
     plain.sample("done")
     episode = plain.episode(reward=1.0)
-    with pytest.raises(TurnSchemaError, match=f"trace {episode.traces[0].id}: no turn_rewards"):
+    with pytest.raises(TraceError, match=f"trace {episode.traces[0].id}: no turn_rewards"):
         score_group([episode, rollout([1.0])], "stepwise", missing="error")
 
 
@@ -135,7 +163,7 @@ def test_an_errored_episode_excludes_its_traces():
 def test_untrainable_traces_are_not_part_of_the_group():
     judge = rollout([5.0])
     judge.traces[0].agent.trainable = False
-    records = score_group([judge, rollout([0.0]), rollout([1.0])], "stepwise")
+    records = score([judge, rollout([0.0]), rollout([1.0])], "stepwise")
     assert records[0] is None and read_credit(judge.traces[0]) is None
     advantages = [r.advantages for r in records[1:]]
     assert advantages == get_estimator("stepwise")([[0.0], [1.0]])
@@ -153,7 +181,7 @@ def test_eval_client_traces_get_advantages_on_the_record_but_nothing_on_nodes():
 
 def test_a_zero_variance_group_writes_zeros_not_none():
     group = [rollout([1.0, 1.0]), rollout([1.0, 1.0])]
-    score_group(group, get_estimator("stepwise", baseline="per_turn"))
+    score(group, get_estimator("stepwise", baseline="per_turn"))
     for episode in group:
         for values in sampled_advantages(episode.traces[0]):
             assert values == [0.0] * len(values)
@@ -170,41 +198,30 @@ def test_bad_arguments_are_named():
 
 
 def test_an_empty_group_scores_nothing():
-    assert score_group([], "stepwise") == []
+    assert score_group([], "stepwise") == {}
 
 
 def test_score_group_reads_turn_rewards_as_scores_when_told():
     """prime-rl PR #3282's reading: turn_rewards are scores φ_t (None = unscored)."""
     episodes = [make_episode([0.2, 0.5, 0.9], task=0), make_episode([0.0, 0.0, 0.0], task=0)]
     episodes[0].traces[0].info["turn_rewards"] = [0.2, None, 0.9]
-    with pytest.raises(TurnSchemaError, match="reading='scores'"):
+    with pytest.raises(TraceError, match="reading='scores'"):
         score_group(episodes, "grpo")
-    first, _ = score_group(episodes, "grpo", reading="scores")
+    first, _ = score_group(episodes, "grpo", reading="scores").values()
     assert first.rewards == pytest.approx([0.2, 0.0, 0.7]) and first.reading == "scores"
-    with pytest.warns(DeprecationWarning, match=r"score_group\(turn_rewards=...\) is deprecated"):
-        again, _ = score_group(episodes, "grpo", turn_rewards="scores")  # the old name still works
-    assert again == first
 
 
-def test_the_record_survives_serialization_and_a_version_1_record_still_reads():
+def test_the_record_survives_serialization():
     group = [rollout([0.0, 1.0]), rollout([1.0])]
-    records = score_group(group, "stepwise")
+    records = score(group, "stepwise")
     for episode, record in zip(group, records):
         (trace,) = vf.Episode.model_validate_json(episode.model_dump_json()).traces  # as traces.jsonl holds it
         assert read_credit(trace) == record
-    (trace,) = group[0].traces
-    del trace.info[CREDIT]
-    trace.info["turn_credit"] = {"estimator": "stepwise", "rewards": [0.0, 1.0], "advantages": [-0.5, 0.0]}
-    old = read_credit(trace)
-    assert (old.version, old.estimator, old.rewards, old.advantages) == (1, "stepwise", [0.0, 1.0], [-0.5, 0.0])
-    assert old.nodes is None and old.returns is None and old.reading is None
-    score_group(group, "stepwise")  # scoring again supersedes the old record
-    assert "turn_credit" not in trace.info and read_credit(trace).version == 2
 
 
 def test_a_record_that_is_not_one_is_named():
     (trace,) = rollout([1.0]).traces
-    for bad in ({"version": 2, "estimator": "x"}, {"version": 7}, ["not", "a", "record"]):
+    for bad in ({"estimator": "x"}, {"version": 7}, ["not", "a", "record"]):
         trace.info[CREDIT] = bad
         with pytest.raises(TraceError, match=f"trace {trace.id}: trace.info\\['stepwise_credit'\\] is not a credit"):
             read_credit(trace)
@@ -214,7 +231,7 @@ def test_an_excluded_trace_whose_turn_data_does_not_read_says_so():
     failed = rollout([1.0, 0.0])
     failed.ok = False
     failed.traces[0].info["turn_nodes"] = [[0]]  # cut off mid-turn
-    record, _ = score_group([failed, rollout([1.0])], "stepwise")
+    record, _ = score_group([failed, rollout([1.0])], "stepwise").values()
     assert record.rewards == [] and record.excluded.startswith("episode errored; its turn data does not read: ")
 
 

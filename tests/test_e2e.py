@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_stepwise import get_estimator, read_credit, read_turns, score_group
+from verifiers_stepwise import get_estimator, read_credit, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -75,7 +76,7 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     stepwise = get_estimator("stepwise")
     for group in (multiply, divide, power):
         scored = [e for e in group if e.ok]
-        advantages = [credit.advantages for credit in score_group(group, "stepwise")]
+        advantages = [credit.advantages for credit in score_group(group, "stepwise").values()]
         expected = stepwise([read_turns(e.traces[0]).rewards for e in scored])
         assert [a for a, e in zip(advantages, group) if e.ok] == expected
         for episode, values in zip(group, advantages):

@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 import verifiers.v1 as vf
 
-from verifiers_stepwise import GRPO, GiGPO, StepwiseMultiTurnEnvConfig, read_credit, score_group
+from verifiers_stepwise import StepwiseMultiTurnEnvConfig, score_group
 from verifiers_stepwise.envs.harness import strip_think
+from verifiers_stepwise.estimators.gigpo import GiGPO
+from verifiers_stepwise.estimators.grpo import GRPO
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, Reply, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import append_turn, read_turns, turn_samples, write_turn_advantages
+from verifiers_stepwise.traces.credit import Credit, write_credit
+from verifiers_stepwise.traces.turns import append_turn, read_turns
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
 WRITING_ENVS = Path(__file__).resolve().parents[1] / "docs" / "writing-envs.md"
@@ -112,10 +115,9 @@ async def test_faults_are_recorded_and_the_run_goes_on(guess_env, monkeypatch):
     assert statuses == [500, 504, 502, 502]
     assert clean.ok and clean.info["turn_rewards"] == pytest.approx([0.2, 1.0])
     # Credit: errored episodes are excluded and say so; the clean one is scored alone.
-    for group in groups:
-        score_group(group, "stepwise")
-    assert read_credit(broken[0]).excluded
-    assert read_credit(clean).advantages == [0.0, 0.0]
+    records = {trace_id: r for group in groups for trace_id, r in score_group(group, "stepwise").items()}
+    assert records[broken[0].id].excluded
+    assert records[clean.id].advantages == [0.0, 0.0]
 
 
 def _many_games(self):
@@ -167,7 +169,7 @@ async def test_exclude_think_gives_each_turn_its_own_branch(guess_env):
 
 def test_exclude_think_branches_carry_one_turns_credit_each_with_tokens():
     """The same branch structure with train-client tokens (verifiers' commit path): each
-    branch's advantages cover only its own turn, and each branch is that turn's sample."""
+    branch's advantages cover only its own turn."""
     b = TraceBuilder(prompt="Game 3: guess my number.", system=None)
     for t, (reply, reasoning) in enumerate([("<think>middle</think>5", None), ("2", "lower"), ("3", None)]):
         if t:
@@ -176,13 +178,12 @@ def test_exclude_think_branches_carry_one_turns_credit_each_with_tokens():
         append_turn(b.trace, [0.8, 0.9, 1.0][t], [b.sample(reply, reasoning=reasoning)])
     trace = b.trace
     assert len(trace.branches) == 3
-    write_turn_advantages(trace, [-0.5, 0.25, 1.5])
+    turns = read_turns(trace)
+    write_credit(trace, Credit("test", "rewards", turns.rewards, turns.nodes, [-0.5, 0.25, 1.5]))
     for branch, own in zip(trace.branches, [-0.5, 0.25, 1.5]):
         values = [a for a, m in zip(branch.advantages, branch.sampled_mask) if m]
         assert values == [own] * 3  # only this branch's own turn is sampled on it
         assert sum(branch.sampled_mask) == 3
-    samples = turn_samples(trace, [-0.5, 0.25, 1.5])
-    assert [s.token_ids for s in samples] == [br.token_ids for br in trace.branches]
 
 
 async def test_exclude_think_without_reasoning_is_one_branch(guess_env):
@@ -215,4 +216,8 @@ async def test_turn_state_hook_records_each_turns_anchor_state(guess_env, monkey
     assert seven.info["turn_states"] == ["start", "Higher.", "Lower.", "Lower."]
     rewards = [three.info["turn_rewards"], seven.info["turn_rewards"]]
     states = [three.info["turn_states"], seven.info["turn_states"]]
-    assert [c.advantages for c in score_group(game3 + game7, GiGPO())] == GiGPO()(rewards, states) != GRPO()(rewards)
+    assert (
+        [c.advantages for c in score_group(game3 + game7, GiGPO()).values()]
+        == GiGPO()(rewards, states)
+        != GRPO()(rewards)
+    )

@@ -22,7 +22,6 @@ BOUNDARY = {
     "verifiers_stepwise.estimators.registry.UnknownEstimator": errors.ConfigError,
     "verifiers_stepwise.plugins.EntryPointConflict": errors.ConfigError,
     "verifiers_stepwise.analysis.cli.CommandError": errors.ConfigError,
-    "verifiers_stepwise.traces.turns.TurnSchemaError": errors.TraceError,
     "verifiers_stepwise.traces.credit.MissingTurnRewards": errors.TraceError,
     "verifiers_stepwise.analysis.tracefile.BadInput": errors.TraceError,
     "verifiers_stepwise.extras.TrainerDependencyMissing": errors.HostMismatch,

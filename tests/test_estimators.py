@@ -12,16 +12,10 @@ from hypothesis import strategies as st
 
 from tests import reference
 from tests import strategies as s
-from verifiers_stepwise import (
-    GRPO,
-    ConfigError,
-    RaggedBatch,
-    Stepwise,
-    StepwiseConfig,
-    get_estimator,
-    zero_advantage_groups,
-)
+from verifiers_stepwise import ConfigError, RaggedBatch, get_estimator, zero_advantage_groups
 from verifiers_stepwise.estimators.baselines import turn_rows
+from verifiers_stepwise.estimators.grpo import GRPO
+from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
 
 configs = st.builds(
     dict,
@@ -304,7 +298,7 @@ def test_default_is_the_undiscounted_mean_only_absorbing_baseline():
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (dict(gamma=1.2), "field 'gamma': Input should be less than or equal to 1 (got 1.2)"),
+        (dict(gamma=1.2), "field 'gamma': gamma must be a number in [0, 1], got 1.2 (got 1.2)"),
         (dict(gamma=float("nan")), "field 'gamma'"),
         (dict(aggregation="median"), "field 'aggregation': Input should be 'sum', 'max' or 'mean'"),
         (dict(baseline="global"), "field 'baseline'"),

@@ -51,7 +51,8 @@ TITAN = "pip install 'verifiers-stepwise[torchtitan]'"
 FEATURES = {
     "verifiers_stepwise.analysis.plot": (
         "matplotlib",
-        "vf-stepwise --plot needs matplotlib, which is not installed: pip install 'verifiers-stepwise[plot]'",
+        "vf-stepwise --plot (and the TRL command's reward curve) needs matplotlib, which is not installed: "
+        "pip install 'verifiers-stepwise[plot]'",
     ),
     "verifiers_stepwise.hosts.torchtitan": (
         "torchtitan",

@@ -13,14 +13,16 @@ from hypothesis import strategies as st
 
 from tests import reference
 from tests import strategies as s
-from verifiers_stepwise import GRPO, GiGPO, RaggedBatch, estimator_class, get_estimator
-from verifiers_stepwise.estimators.gigpo import anchor_state_advantages
+from verifiers_stepwise import RaggedBatch, get_estimator
+from verifiers_stepwise.errors import TraceError
+from verifiers_stepwise.estimators.gigpo import GiGPO, anchor_state_advantages
+from verifiers_stepwise.estimators.grpo import GRPO
+from verifiers_stepwise.estimators.registry import estimator_class
 from verifiers_stepwise.estimators.returns import ragged_discounted_returns
 from verifiers_stepwise.testing.trace_files import make_episode
 from verifiers_stepwise.traces.credit import score_group
 from verifiers_stepwise.traces.turns import (
     TURN_STATES,
-    TurnSchemaError,
     append_turn_state,
     read_turn_states,
 )
@@ -144,12 +146,12 @@ def test_no_key_writes_nothing_and_bad_keys_are_refused():
     trace = make_episode([0.0, 1.0]).traces[0]
     append_turn_state(trace, None)
     assert TURN_STATES not in trace.info and read_turn_states(trace, 2) is None
-    with pytest.raises(TurnSchemaError, match=r"state \(1, 2\) in turn_states is not a str, int or None"):
+    with pytest.raises(TraceError, match=r"state \(1, 2\) in turn_states is not a str, int or None"):
         append_turn_state(trace, (1, 2))  # type: ignore[arg-type]
-    with pytest.raises(TurnSchemaError, match="no recorded turn"):
+    with pytest.raises(TraceError, match="no recorded turn"):
         append_turn_state(SimpleNamespace(id="t", info={}), "a")  # type: ignore[arg-type]
     trace.info[TURN_STATES] = ["a"]
-    with pytest.raises(TurnSchemaError, match=r"one state per turn \(2\), got 1 entries"):
+    with pytest.raises(TraceError, match=r"one state per turn \(2\), got 1 entries"):
         read_turn_states(trace, 2)
 
 
@@ -160,7 +162,7 @@ def test_score_group_hands_recorded_states_to_the_estimator():
     for episode, row in zip(group, states):
         if row is not None:
             episode.traces[0].info[TURN_STATES] = row
-    got = [c.advantages for c in score_group(group, GiGPO())]
+    got = [c.advantages for c in score_group(group, GiGPO()).values()]
     assert got == GiGPO()(rewards, [states[0], states[1], [None]])
     assert got != GRPO()(rewards)
 

@@ -23,7 +23,8 @@ from credit_lab.report import summarize
 from credit_lab.tasks import TASKS, detour, refine, refine_pm1, single_turn, submit
 from credit_lab.train import TrainConfig, train, turn_advantages
 
-from verifiers_stepwise import UnknownEstimator, get_estimator
+from verifiers_stepwise import get_estimator
+from verifiers_stepwise.estimators.registry import UnknownEstimator
 
 SMOKE = TrainConfig(steps=12, groups=4, group_size=8, lr=0.1, seed=0)  # 384 episodes
 

@@ -21,11 +21,11 @@ from stepwise_swe_bench.state import Budget
 from verifiers_stepwise import get_estimator
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnvConfig
 from verifiers_stepwise.envs.refine import score_so_far
-from verifiers_stepwise.estimators import RewardError
+from verifiers_stepwise.errors import RewardError, TraceError
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ChatCall, ModelServer, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn
+from verifiers_stepwise.traces.turns import append_turn
 
 KEY_VAR = "STEPWISE_REFINE_ATTACK_KEY"
 TOOL_CALL = Reply(tool_calls=[ToolCallReply("calculator", {"expression": "17 * 23"})])
@@ -147,7 +147,7 @@ async def test_a_non_finite_turn_reward_is_an_error_naming_the_turn_never_credit
     b.sample(reply)
     score = await score_so_far(EchoTask(vf.TaskData(prompt="x")), b.trace)
     assert not math.isfinite(score)
-    with pytest.raises(TurnSchemaError, match="turn 0 reward .* is not a finite number"):
+    with pytest.raises(TraceError, match="turn 0 reward .* is not a finite number"):
         append_turn(b.trace, score, [b.trace.nodes.index(b.trace.nodes[-1])])
     assert "turn_rewards" not in b.trace.info
 

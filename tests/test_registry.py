@@ -10,17 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_stepwise import (
-    GRPO,
-    Stepwise,
-    UnknownEstimator,
-    available_environments,
-    available_estimators,
-    estimator_class,
-    get_estimator,
-)
+from verifiers_stepwise import available_environments, available_estimators, get_estimator
 from verifiers_stepwise.envs.bundles import ENVIRONMENT_GROUP
-from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP
+from verifiers_stepwise.estimators.grpo import GRPO
+from verifiers_stepwise.estimators.registry import ESTIMATOR_GROUP, UnknownEstimator, estimator_class
+from verifiers_stepwise.estimators.stepwise import Stepwise
 
 
 def make_distribution(root: Path, name: str, entry_points: dict[str, dict[str, str]], module: str = "") -> None:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tests import reference
 from tests import strategies as s
-from verifiers_stepwise import RaggedBatch, RewardError, discounted_returns, ragged_discounted_returns
+from verifiers_stepwise import ConfigError, RaggedBatch, RewardError, discounted_returns
+from verifiers_stepwise.estimators.returns import ragged_discounted_returns
 
 
 def magnitude(rewards: list[float]) -> float:
@@ -264,12 +265,12 @@ def test_overflow_names_the_turn_whose_return_overflows_not_those_that_inherit_i
 
 @pytest.mark.parametrize("gamma", [-0.1, 1.5, float("nan"), float("inf"), "0.4", None, True])
 def test_gamma_outside_unit_interval(gamma):
-    with pytest.raises(RewardError, match=r"gamma must be a number in \[0, 1\], got"):
+    with pytest.raises(ConfigError, match=r"gamma must be a number in \[0, 1\], got"):
         discounted_returns([1.0], gamma)
 
 
 def test_unknown_aggregation():
-    with pytest.raises(RewardError, match=r"aggregation must be one of \('sum', 'max', 'mean'\), got 'median'"):
+    with pytest.raises(ConfigError, match=r"aggregation must be one of \('sum', 'max', 'mean'\), got 'median'"):
         discounted_returns([1.0], 0.5, "median")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import verifiers.v1 as vf
 from stepwise_refine.arithmetic import ArithmeticTaskset
 
-from verifiers_stepwise import get_estimator, read_turns, score_group
+from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
-from verifiers_stepwise.traces.turns import score_differences
+from verifiers_stepwise.traces.turns import read_turns, score_differences
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
 
@@ -34,5 +34,5 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
     scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
     assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
     assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
-    advantages = [credit.advantages for credit in score_group(group, "stepwise")]
+    advantages = [credit.advantages for credit in score_group(group, "stepwise").values()]
     assert advantages == get_estimator("stepwise")([read_turns(e.traces[0]).rewards for e in group])

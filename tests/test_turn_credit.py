@@ -10,7 +10,10 @@ from hypothesis import strategies as st
 
 from tests import reference
 from tests import strategies as s
-from verifiers_stepwise import GRPO, RaggedBatch, Stepwise, TurnCredit
+from verifiers_stepwise import RaggedBatch
+from verifiers_stepwise.estimators.grpo import GRPO
+from verifiers_stepwise.estimators.stepwise import Stepwise
+from verifiers_stepwise.estimators.turn_credit import TurnCredit
 
 beta = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 4.0]), st.floats(0.0, 10.0))
 configs = st.builds(dict, gamma=s.gamma, beta=beta, scale=s.scale)

@@ -1,4 +1,4 @@
-"""The per-turn schema on v1 traces, credit placement on tokens, and Kevin-style turn samples.
+"""The per-turn schema on v1 traces, and credit placed on tokens by ``write_credit``.
 
 Traces are built through verifiers' own commit path (``TraceBuilder``), with token ids like a
 train client or without them like the eval client.
@@ -14,17 +14,16 @@ import verifiers.v1 as vf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.testing.traces import TraceBuilder
+from verifiers_stepwise.traces.credit import Credit, write_credit
 from verifiers_stepwise.traces.turns import (
     TraceTurns,
-    TurnSchemaError,
     append_turn,
     append_turn_score,
     forfeit_turns,
     read_turns,
     score_differences,
-    turn_samples,
-    write_turn_advantages,
 )
 
 
@@ -45,12 +44,16 @@ def three_turns(tokens: bool = True) -> tuple[TraceBuilder, list[list[int]]]:
     return b, nodes
 
 
+def write_turn_advantages(trace: vf.Trace, advantages: list[float]) -> None:
+    """``write_credit`` of a record holding ``advantages`` for the turns the trace records."""
+    turns = read_turns(trace)
+    write_credit(trace, Credit("test", "rewards", turns.rewards, turns.nodes, advantages))
+
+
 def test_no_turn_rewards_reads_as_none():
     b = TraceBuilder()
     b.sample("hello")
     assert read_turns(b.trace) is None
-    with pytest.raises(TurnSchemaError, match="no turn_rewards"):
-        write_turn_advantages(b.trace, [1.0])
 
 
 def test_append_turn_records_rewards_and_the_turns_sampled_nodes():
@@ -66,9 +69,9 @@ def test_append_turn_records_rewards_and_the_turns_sampled_nodes():
 def test_append_turn_refuses_non_sampled_nodes_and_bad_rewards():
     b = TraceBuilder()
     node = b.sample("hi")
-    with pytest.raises(TurnSchemaError, match="node 1 is not a sampled node"):
+    with pytest.raises(TraceError, match="node 1 is not a sampled node"):
         append_turn(b.trace, 1.0, [1])
-    with pytest.raises(TurnSchemaError, match=r"turn 0 reward nan is not a finite number"):
+    with pytest.raises(TraceError, match=r"turn 0 reward nan is not a finite number"):
         append_turn(b.trace, math.nan, [node])
     assert "turn_rewards" not in b.trace.info
 
@@ -80,7 +83,7 @@ def test_without_turn_nodes_each_sampled_node_is_one_turn():
     b.trace.info["turn_rewards"] = [0.0, 0.1, 0.5, 1.0]
     assert read_turns(b.trace) == TraceTurns([0.0, 0.1, 0.5, 1.0], [[i] for i in sampled])
     b.trace.info["turn_rewards"] = [0.0, 0.5, 1.0]
-    with pytest.raises(TurnSchemaError) as error:
+    with pytest.raises(TraceError) as error:
         read_turns(b.trace)
     assert str(error.value) == (
         f"trace {b.trace.id}: 3 turn_rewards but 4 sampled nodes, and no turn_nodes to say "
@@ -118,7 +121,7 @@ def test_disagreeing_schemas_raise_naming_the_trace(rewards, turn_nodes, message
         b.trace.info["turn_rewards"] = rewards
     if turn_nodes is not None:
         b.trace.info["turn_nodes"] = turn_nodes
-    with pytest.raises(TurnSchemaError, match=message) as error:
+    with pytest.raises(TraceError, match=message) as error:
         read_turns(b.trace)
     assert str(error.value).startswith(f"trace {b.trace.id}: ")
 
@@ -221,52 +224,8 @@ def test_eval_client_traces_have_nothing_to_write_and_do_not_crash():
 
 def test_advantage_count_must_match_the_turns():
     b, _ = three_turns()
-    with pytest.raises(TurnSchemaError, match="2 advantages for 3 turns"):
+    with pytest.raises(TraceError, match="2 advantages for 3 turns"):
         write_turn_advantages(b.trace, [1.0, 2.0])
-
-
-def test_kevin_style_samples_one_per_turn():
-    b, nodes = three_turns()
-    samples = turn_samples(b.trace, [0.25, -1.5, 2.0])
-    assert [s.turn for s in samples] == [0, 1, 2]
-    (branch,) = b.trace.branches
-    full = branch.token_ids
-    for sample, turn, advantage in zip(samples, nodes, [0.25, -1.5, 2.0]):
-        last = b.trace.nodes[max(turn)]
-        end = full.index(last.token_ids[-1]) + 1
-        assert sample.token_ids == full[:end]  # everything up to and including the turn
-        own = []
-        for node in branch.nodes[: branch.nodes.index(last) + 1]:
-            mine = b.trace.nodes.index(node) in turn
-            own += [m and mine for m in node.mask]
-        assert sample.loss_mask == own  # only this turn's sampled tokens train
-        assert sum(sample.loss_mask) == sum(sum(b.trace.nodes[i].mask) for i in turn)
-        assert sample.logprobs == [-0.5 if m else 0.0 for m in own]
-        assert sample.advantages == [advantage if m else 0.0 for m in own]
-        assert sample.advantage == advantage
-
-
-def test_kevin_style_samples_follow_the_branch_of_each_turn():
-    """A rewritten context (e.g. earlier reasoning removed) forks the graph; each turn's sample
-    is cut from the branch that turn was sampled on."""
-    b = TraceBuilder()
-    first = b.sample("answer one", reasoning="long thoughts")
-    append_turn(b.trace, 0.0, [first])
-    b.context[-1] = vf.AssistantMessage(content="answer one")  # reasoning dropped from context
-    b.add(vf.UserMessage(content="again"))
-    second = b.sample("answer two")
-    append_turn(b.trace, 1.0, [second])
-    assert len(b.trace.branches) == 2
-    s0, s1 = turn_samples(b.trace, [-1.0, 1.0])
-    assert s0.token_ids == b.trace.branches[0].token_ids
-    assert s1.token_ids == b.trace.branches[1].token_ids
-    assert not any(s1.loss_mask[: len(s1.token_ids) - 3])  # the re-rendered first answer is context
-
-
-def test_kevin_style_samples_need_token_ids():
-    b, _ = three_turns(tokens=False)
-    with pytest.raises(TurnSchemaError, match="turn 0 has no sampled token ids"):
-        turn_samples(b.trace, [0.0, 0.0, 0.0])
 
 
 def test_an_empty_turn_rewards_list_records_no_turns():
@@ -305,7 +264,7 @@ def test_an_unscored_turn_gets_zero_and_the_next_difference_spans_it():
 
 def test_none_in_turn_rewards_is_rejected_naming_the_setting():
     b = two_turns("turn_rewards", [0.2, None, 0.9])
-    with pytest.raises(TurnSchemaError, match=r"turn 1 reward is None.*turn_scores.*reading='scores'"):
+    with pytest.raises(TraceError, match=r"turn 1 reward is None.*turn_scores.*reading='scores'"):
         read_turns(b.trace)
 
 
@@ -314,8 +273,6 @@ def test_prime_rl_reading_of_turn_rewards_is_a_setting():
     setting; its cumulative scores would otherwise be summed as rewards (0.2 + 0.5 + 0.9)."""
     b = two_turns("turn_rewards", [0.2, None, 0.9])
     assert read_turns(b.trace, reading="scores").rewards == pytest.approx([0.2, 0.0, 0.7])
-    with pytest.warns(DeprecationWarning, match=r"read_turns\(turn_rewards=...\) is deprecated"):
-        assert read_turns(b.trace, turn_rewards="scores") == read_turns(b.trace, reading="scores")
     flags = two_turns("turn_rewards", [1.0, 1.0, 1.0])  # success flags: no progress after turn 0
     assert read_turns(flags.trace, reading="scores").rewards == [1.0, 0.0, 0.0]
     assert read_turns(flags.trace).rewards == [1.0, 1.0, 1.0]
@@ -324,13 +281,13 @@ def test_prime_rl_reading_of_turn_rewards_is_a_setting():
 def test_both_keys_on_one_trace_is_ambiguous():
     b = two_turns("turn_scores", [0.2, 0.5, 0.9])
     b.trace.info["turn_rewards"] = [0.2, 0.3, 0.4]
-    with pytest.raises(TurnSchemaError, match="both turn_rewards and turn_scores"):
+    with pytest.raises(TraceError, match="both turn_rewards and turn_scores"):
         read_turns(b.trace)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), "0.5", True])
 def test_a_bad_score_names_its_turn(bad):
-    with pytest.raises(TurnSchemaError, match=r"turn 1 score .* in turn_scores is not a finite number or None"):
+    with pytest.raises(TraceError, match=r"turn 1 score .* in turn_scores is not a finite number or None"):
         read_turns(two_turns("turn_scores", [0.1, bad, 0.3]).trace)
 
 
@@ -352,7 +309,7 @@ def test_one_trace_records_its_turns_by_rewards_or_by_scores_never_both(first, t
     first(b.trace, 0.5, [one := b.sample("first")])
     b.add(vf.UserMessage(content="Again."))
     second = b.sample("second")
-    with pytest.raises(TurnSchemaError, match=f"trace {b.trace.id}: its turns are recorded as turn_"):
+    with pytest.raises(TraceError, match=f"trace {b.trace.id}: its turns are recorded as turn_"):
         then(b.trace, 0.75, [second])
     assert b.trace.info["turn_nodes"] == [[one]] and sorted(b.trace.info) == ["turn_nodes", key]  # nothing half-written
 
@@ -404,7 +361,7 @@ def test_a_compacted_trace_is_one_sequence_and_early_turns_see_the_reward_after_
     other, _ = compacted()
     other.trace.info["turn_rewards"] = [0.0, 0.0, 0.0]
     estimator = get_estimator("stepwise", gamma=0.5, scale="none")
-    advantages = [credit.advantages for credit in score_group([b.episode(), other.episode()], estimator)]
+    advantages = [credit.advantages for credit in score_group([b.episode(), other.episode()], estimator).values()]
     # returns [0.25, 0.5, 1] vs [0, 0, 0]: turn 0's return holds the post-compaction reward
     assert advantages[0] == pytest.approx([0.125, 0.25, 0.5])
 
@@ -419,7 +376,7 @@ def test_parallel_agents_are_separate_traces_whose_returns_never_mix():
         trace.is_completed = trace.ok = True
     episode = vf.Episode(task=main.trace.task, traces=[main.trace, helper.trace], ok=True)
     estimator = get_estimator("stepwise", gamma=1.0, scale="none")
-    records = score_group([episode], estimator)
+    records = list(score_group([episode], estimator).values())
     assert [r.advantages for r in records] == [[-0.5], [0.5]]
     # two trajectories: the helper's reward is not part of the main trace's future
     assert [r.rewards for r in records] == [[0.0], [1.0]]

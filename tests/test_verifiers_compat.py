@@ -17,11 +17,10 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from stepwise_refine.arithmetic import ArithmeticTaskset
 
-from verifiers_stepwise import read_turns
 from verifiers_stepwise.envs import compat
 from verifiers_stepwise.testing.episodes import env_server
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
-from verifiers_stepwise.traces.turns import score_differences
+from verifiers_stepwise.traces.turns import read_turns, score_differences
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_VAR = "STEPWISE_TEST_API_KEY"

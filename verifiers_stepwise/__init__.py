@@ -3,10 +3,10 @@
 Layers, each importing only those before it:
 
     estimators   the math: per-turn returns, baselines, estimators and their registry (numpy)
-    traces       the per-turn reward schema on verifiers v1 traces; credit written on tokens
+    traces       the per-turn reward schema on verifiers v1 traces; the credit record and its layout
     envs         StepwiseMultiTurnEnv, the refine env and the stepwise-chat harness (verifiers)
-    hosts        trainer adapters: prime-rl, torchtitan, tinker-cookbook (each imports its host)
-    analysis     the ``vf-stepwise`` command
+    analysis     the ``vf-stepwise`` command and the figures
+    hosts        trainer adapters: prime-rl, torchtitan, TRL, tinker-cookbook (each imports its host)
     testing      a scripted model server and trace builders for tests
 
 ``errors`` gives every error its boundary (docs/contributing.md) and ``plugins`` reads the entry
@@ -22,52 +22,30 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.3.0"
 
-# public name -> module that defines it
+# public name -> module that defines it: what the README and docs/ use
 _EXPORTS = {
-    "discounted_returns": "estimators.returns",
-    "ragged_discounted_returns": "estimators.returns",
-    "RaggedBatch": "estimators.ragged",
-    "RewardError": "errors",
-    "Estimate": "estimators.base",
-    "Estimator": "estimators.base",
-    "EstimatorConfig": "estimators.base",
-    "ConfigError": "errors",
     "StepwiseError": "errors",
+    "ConfigError": "errors",
+    "RewardError": "errors",
     "TraceError": "errors",
     "HostMismatch": "errors",
     "DependencyMissing": "errors",
+    "discounted_returns": "estimators.returns",
+    "RaggedBatch": "estimators.ragged",
+    "Estimator": "estimators.base",
+    "EstimatorConfig": "estimators.base",
     "zero_advantage_groups": "estimators.base",
-    "Stepwise": "estimators.stepwise",
-    "StepwiseConfig": "estimators.stepwise",
-    "GRPO": "estimators.grpo",
-    "GRPOConfig": "estimators.grpo",
-    "GiGPO": "estimators.gigpo",
-    "GiGPOConfig": "estimators.gigpo",
-    "TurnCredit": "estimators.turn_credit",
-    "TurnCreditConfig": "estimators.turn_credit",
     "available_estimators": "estimators.registry",
-    "available_environments": "envs.bundles",
-    "estimator_class": "estimators.registry",
     "get_estimator": "estimators.registry",
-    "UnknownEstimator": "estimators.registry",
-    "EntryPointConflict": "plugins",
-    "TraceTurns": "traces.turns",
-    "TurnSample": "traces.turns",
-    "TurnSchemaError": "traces.turns",
-    "append_turn": "traces.turns",
-    "append_turn_score": "traces.turns",
-    "read_turns": "traces.turns",
-    "turn_samples": "traces.turns",
-    "write_turn_advantages": "traces.turns",
-    "score_group": "traces.credit",
     "Credit": "traces.credit",
+    "score_group": "traces.credit",
+    "write_credit": "traces.credit",
     "read_credit": "traces.credit",
+    "lay_out": "traces.credit",
     "StepwiseMultiTurnEnv": "envs.env",
     "StepwiseMultiTurnEnvConfig": "envs.env",
-    "Turn": "envs.env",
     "TurnResult": "envs.env",
-    "StepwiseChatConfig": "envs.harness",
-    "StepwiseChatHarness": "envs.harness",
+    "available_environments": "envs.bundles",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -88,8 +66,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from verifiers_stepwise.envs.bundles import available_environments
-    from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
-    from verifiers_stepwise.envs.harness import StepwiseChatConfig, StepwiseChatHarness
+    from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, TurnResult
     from verifiers_stepwise.errors import (
         ConfigError,
         DependencyMissing,
@@ -98,28 +75,8 @@ if TYPE_CHECKING:
         StepwiseError,
         TraceError,
     )
-    from verifiers_stepwise.estimators.base import Estimate, Estimator, EstimatorConfig, zero_advantage_groups
-    from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
-    from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
+    from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig, zero_advantage_groups
     from verifiers_stepwise.estimators.ragged import RaggedBatch
-    from verifiers_stepwise.estimators.registry import (
-        UnknownEstimator,
-        available_estimators,
-        estimator_class,
-        get_estimator,
-    )
-    from verifiers_stepwise.estimators.returns import discounted_returns, ragged_discounted_returns
-    from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
-    from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
-    from verifiers_stepwise.plugins import EntryPointConflict
-    from verifiers_stepwise.traces.credit import Credit, read_credit, score_group
-    from verifiers_stepwise.traces.turns import (
-        TraceTurns,
-        TurnSample,
-        TurnSchemaError,
-        append_turn,
-        append_turn_score,
-        read_turns,
-        turn_samples,
-        write_turn_advantages,
-    )
+    from verifiers_stepwise.estimators.registry import available_estimators, get_estimator
+    from verifiers_stepwise.estimators.returns import discounted_returns
+    from verifiers_stepwise.traces.credit import Credit, lay_out, read_credit, score_group, write_credit

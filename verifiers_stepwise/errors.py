@@ -12,7 +12,7 @@ Five boundaries, one base type each (all ``StepwiseError``), and the builtin eac
     DependencyMissing    an optional extra is not installed; the message says how (ImportError)
 
 The rest are refinements of these, defined where they are raised (``UnknownEstimator`` is a
-``ConfigError``, ``TurnSchemaError`` a ``TraceError``, ...); docs/contributing.md lists them. A
+``ConfigError``, ``MissingTurnRewards`` a ``TraceError``, ...); docs/contributing.md lists them. A
 fault during a rollout (a model call that failed, a grader that crashed) is not raised past the
 episode: it is recorded on the trace (verifiers' ``vf.errors``) and the run goes on.
 """

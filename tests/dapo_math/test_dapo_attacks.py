@@ -19,7 +19,7 @@ from stepwise_dapo_math.answers import check_answer
 from stepwise_dapo_math.loaders import BUNDLED_PATH
 from stepwise_dapo_math.symbolic import SymbolicChecker, verify_pair
 
-from verifiers_stepwise import get_estimator, read_credit, score_group
+from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.envs.harness import strip_think
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
@@ -385,8 +385,8 @@ async def test_quitting_through_a_limit_earns_no_more_credit_than_failing():
     )
     assert quit_late.info["forfeited_turns"] == 1 and quit_early.info["forfeited_turns"] == 2
     assert "forfeited_turns" not in solved.info and "forfeited_turns" not in failed.info
-    score_group(group, "stepwise")
-    credit = {id(t): read_credit(t).advantages for t in only(group)}
+    records = score_group(group, "stepwise")
+    credit = {id(t): records[t.id].advantages for t in only(group)}
     assert credit[id(quit_early)][0] == pytest.approx(credit[id(failed)][0])  # both −0.75
     assert credit[id(quit_late)][0] == pytest.approx(credit[id(failed)][0])
     assert all(a < 0 for t in (failed, quit_late, quit_early) for a in credit[id(t)])
@@ -416,8 +416,7 @@ async def test_overflowing_the_context_is_an_excluded_error_unless_a_token_cap_m
     (trace,) = only(group)
     assert not trace.ok and trace.errors[-1].status_code == 400
     assert trace.info["turn_rewards"] == [-1.0] and "forfeited_turns" not in trace.info
-    score_group(group, "stepwise")
-    assert read_credit(trace).excluded
+    assert score_group(group, "stepwise")[trace.id].excluded
     group = await play(
         ["Answer: 1 " + "padding " * 50, Reply(fault="http_400")], max_turns=3, agent={"max_total_tokens": 40}
     )
@@ -498,7 +497,7 @@ def test_vf_eval_stalling_and_quitting_rollouts_get_no_positive_credit(tmp_path)
     assert len(episodes) == 4 and all(e.ok for e in episodes)
     rewards = sorted(tuple(e.traces[0].info["turn_rewards"]) for e in episodes)
     assert rewards == [(-3.0,), (-1.0, -2.0), (-1.0, -1.0, -1.0), (-1.0, 1.0)]
-    advantages = [c.advantages for c in score_group(episodes, "stepwise")]
+    advantages = [c.advantages for c in score_group(episodes, "stepwise").values()]
     for episode, values in zip(episodes, advantages):
         solved = episode.traces[0].info["turn_rewards"][-1] == 1.0
         assert all((a > 0) if solved else (a < 0) for a in values), (episode.traces[0].info, values)

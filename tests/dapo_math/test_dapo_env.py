@@ -20,7 +20,7 @@ from stepwise_dapo_math.taskset import DapoMathData, DapoMathTask, DapoMathTasks
 from stepwise_dapo_math.tokens import TokenizerError
 from verifiers.v1.errors import TaskError
 
-from verifiers_stepwise import get_estimator, read_credit, score_group
+from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ChatCall, ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
@@ -70,15 +70,15 @@ async def test_single_turn_is_standard_dapo_and_stepwise_reduces_to_grpo():
         assert "overlong_penalty" not in trace.rewards
     assert third[0].metrics["has_answer"] == 0.0
     # T = 1: the stepwise estimator gives exactly the trajectory-level GRPO advantages.
-    stepwise = [c.advantages for c in score_group(groups[0], "stepwise")]
+    stepwise = [c.advantages for c in score_group(groups[0], "stepwise").values()]
     assert stepwise == [
-        c.advantages for c in score_group(groups[0], get_estimator("grpo", scale="none"))
+        c.advantages for c in score_group(groups[0], get_estimator("grpo", scale="none")).values()
     ]  # one turn: Dr. GRPO
-    assert [c.advantages for c in score_group(groups[0], get_estimator("stepwise", scale="std"))] == [
-        c.advantages for c in score_group(groups[0], "grpo")
+    assert [c.advantages for c in score_group(groups[0], get_estimator("stepwise", scale="std")).values()] == [
+        c.advantages for c in score_group(groups[0], "grpo").values()
     ]
     assert sorted(a for (a,) in stepwise) == pytest.approx([-1.0, 1.0], abs=1e-5)
-    assert [c.advantages for c in score_group(groups[1], "stepwise")] == [[0.0], [0.0]]
+    assert [c.advantages for c in score_group(groups[1], "stepwise").values()] == [[0.0], [0.0]]
 
 
 async def test_refine_mode_rewards_every_turn_and_stops_when_solved():
@@ -104,7 +104,7 @@ async def test_the_stepwise_estimator_credits_the_turn_that_solved():
     (group,) = await play(plan, env(max_turns=2), rollouts=2, limit=1)
     rewards = sorted(t.info["turn_rewards"] for t in traces(group))
     assert rewards == [[-1.0, 1.0], [1.0]]
-    by_turns = {len(a): a for a in [c.advantages for c in score_group(group, "stepwise")]}
+    by_turns = {len(a): a for a in [c.advantages for c in score_group(group, "stepwise").values()]}
     # The default (absorbing, γ 1, mean-only): returns [1] and [-1 + 1, 1]; turn 0 is 1 against 0,
     # and at turn 1 the rollout that already stopped counts as 0 against the late right answer.
     assert by_turns[1] == pytest.approx([0.5])
@@ -112,10 +112,11 @@ async def test_the_stepwise_estimator_credits_the_turn_that_solved():
     # Kevin's (γ 0.4, pooled over the three turns, mean 7/15, population std): the failed first
     # attempt alone is below the mean.
     kevin = get_estimator("stepwise", gamma=0.4, baseline="pooled", scale="std")
-    by_turns = {len(a): a for a in [c.advantages for c in score_group(group, kevin)]}
+    records = score_group(group, kevin)
+    by_turns = {len(a): a for a in [c.advantages for c in records.values()]}
     assert by_turns[1] == pytest.approx([0.7071], abs=1e-4)
     assert by_turns[2] == pytest.approx([-1.4142, 0.7071], abs=1e-4)
-    assert all(read_credit(t) for t in traces(group))
+    assert set(records) == {t.id for t in traces(group)}
 
 
 async def test_overlong_shaping_uses_the_reported_length_of_each_response():

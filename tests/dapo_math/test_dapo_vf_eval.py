@@ -66,8 +66,8 @@ def test_single_turn_vf_eval_is_standard_dapo(server, tmp_path):
     assert [e.traces[0].reward for e in by_task[SECOND_ID]] == [-1.0, -1.0]
     for group in by_task.values():
         # one turn: the default stepwise (mean-only) is mean-only grpo (Dr. GRPO), bit for bit
-        assert [c.advantages for c in score_group(group, "stepwise")] == [
-            c.advantages for c in score_group(group, get_estimator("grpo", scale="none"))
+        assert [c.advantages for c in score_group(group, "stepwise").values()] == [
+            c.advantages for c in score_group(group, get_estimator("grpo", scale="none")).values()
         ]
 
 
@@ -123,15 +123,15 @@ def test_multi_turn_vf_eval_records_a_reward_per_turn(server, tmp_path):
         assert feedback[0] == "Nope."
     # the default (absorbing baseline, γ 1, mean-only): turn 0 is [1] against [-1 + 1]; at turn 1
     # the stopped rollout counts as 0 against the late right answer
-    advantages = {len(a): a for a in [c.advantages for c in score_group(first, "stepwise")]}
+    advantages = {len(a): a for a in [c.advantages for c in score_group(first, "stepwise").values()]}
     assert advantages[1] == pytest.approx([0.5])
     assert advantages[2] == pytest.approx([-0.5, 0.5])
     kevin = get_estimator("stepwise", gamma=0.4, baseline="pooled", scale="std")
-    pooled = {len(a): a for a in [c.advantages for c in score_group(first, kevin)]}
+    pooled = {len(a): a for a in [c.advantages for c in score_group(first, kevin).values()]}
     assert pooled[2] == pytest.approx([-1.4142, 0.7071], abs=1e-4)
     # identical rollouts: nothing to credit under the default; Kevin's pooled credits positions
-    assert [c.advantages for c in score_group(second, "stepwise")] == [[0.0] * 3] * 2
-    identical = [c.advantages for c in score_group(second, kevin)]
+    assert [c.advantages for c in score_group(second, "stepwise").values()] == [[0.0] * 3] * 2
+    identical = [c.advantages for c in score_group(second, kevin).values()]
     assert identical[0] == identical[1] and identical[0][0] != 0.0
     for episode in first:
         assert read_credit(episode.traces[0])

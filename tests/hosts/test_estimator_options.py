@@ -12,15 +12,14 @@ import pytest
 import tyro
 from tinker_cookbook.rl import train as tinker_train
 from torchtitan.config.manager import ConfigManager, custom_registry
-from transformers import HfArgumentParser
 
 from tests.hosts.test_host_tinker import TRAIN_ARGV
 from verifiers_stepwise import ConfigError, get_estimator
 from verifiers_stepwise.analysis import cli as vf_stepwise
-from verifiers_stepwise.hosts import estimator_from, options_json
+from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.hosts import tinker as tinker_host
 from verifiers_stepwise.hosts.torchtitan import StepwiseAdvantage
-from verifiers_stepwise.hosts.trl.cli import HostArguments
+from verifiers_stepwise.hosts.trl.cli import blueprint
 
 KEVIN = {"gamma": 0.4, "baseline": "pooled", "scale": "std"}
 BAD = {"aggregation": "median"}
@@ -45,10 +44,7 @@ def _vf_stepwise(argv):
 
 
 def trl(options):
-    (host,) = HfArgumentParser(HostArguments).parse_args_into_dataclasses(
-        ["--estimator", "stepwise", "--options", json.dumps(options)]
-    )
-    return get_estimator(host.estimator, **options_json(host.options))
+    return blueprint(["--estimator", "stepwise", "--options", json.dumps(options), "--report_to", "none"]).estimator
 
 
 def torchtitan(options):

@@ -23,9 +23,9 @@ from pydantic import ValidationError
 from tests.hosts.conftest import REAL_PRIME_RL
 from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
 from verifiers_stepwise import get_estimator, read_credit
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm, main
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import TurnSchemaError
 
 
 def algorithm(estimator: str = "stepwise", missing: str = "final_turn", **options) -> StepwiseAlgorithm:
@@ -120,7 +120,7 @@ def test_trace_without_turn_rewards_scores_its_reward_on_the_last_turn():
     assert plain.traces[0].nodes[first].advantages[0] == expected[0][0]
     assert plain.traces[0].nodes[last].advantages[0] == expected[0][1]
 
-    with pytest.raises(TurnSchemaError, match="no turn_rewards"):
+    with pytest.raises(TraceError, match="no turn_rewards"):
         score(algorithm(missing="error"), [single_turn(1.0), single_turn(0.0)])
 
 
@@ -224,7 +224,7 @@ def pr_3282_layout(scores: list[float | None]) -> vf.Episode:
 
 def test_pr_3282s_layout_needs_an_explicit_reading():
     unmarked = pr_3282_layout([0.5, 1.0])
-    with pytest.raises(TurnSchemaError, match=f'trace {unmarked.traces[0].id}: .*reading = "scores"'):
+    with pytest.raises(TraceError, match=f'trace {unmarked.traces[0].id}: .*reading = "scores"'):
         score(algorithm(), [unmarked, multi_turn([0.0, 1.0])])
     # This package's traces record turn_nodes and are read as rewards without the setting.
     (ours,) = score(algorithm(), [multi_turn([0.5, 1.0])])

@@ -321,9 +321,7 @@ def test_the_filter_and_the_datums_lay_out_one_record_per_trajectory():
     assert counting.calls == 1  # the filters and the training data read the same records
     records = adapter.group_credit(g, counting)
     assert [c.rewards for c in records] == adapter.turn_rewards(g)
-    assert {(c.estimator, c.reading, c.nodes, c.excluded, c.version) for c in records} == {
-        ("counting", "rewards", None, None, 2)
-    }
+    assert {(c.estimator, c.reading, c.nodes, c.excluded) for c in records} == {("counting", "rewards", None, None)}
     assert advantages == [[c.advantages for c in records]]
     assert all(a is c.advantages for a, c in zip(advantages[0], records))  # laid out, not copied
     assert len(data) == 2  # one datum per trajectory

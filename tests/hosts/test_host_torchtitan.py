@@ -27,17 +27,18 @@ from torchtitan.experiments.rl.rollout.advantage import AdvantageEstimator
 from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, RolloutStatus, RolloutTurn
 from torchtitan.experiments.rl.types import Completion, RolloutTurnID
 
-from verifiers_stepwise import ConfigError, RewardError, UnknownEstimator, get_estimator
+from verifiers_stepwise import ConfigError, RewardError, get_estimator
+from verifiers_stepwise.estimators.registry import UnknownEstimator
 from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
-    StepwiseTrainingSampleBuilder,
-    TurnAdvantages,
     env_turns,
+    turn_advantages,
 )
 from verifiers_stepwise.hosts.torchtitan.config_registry import (
     StepwiseDapoMathEnv,
     StepwiseDapoMathRollouter,
 )
+from verifiers_stepwise.hosts.torchtitan.release import StepwiseTrainingSampleBuilder
 
 COMPLETION = 1_000_000  # completion token of turn t: COMPLETION + 1000 * t + k
 
@@ -179,7 +180,7 @@ turn_spec = st.builds(
 def test_every_completion_token_carries_its_turns_advantage(spec, options):
     stepwise = component(**options)
     group = score(make_group(2, spec), stepwise)
-    rewards = [env_turns(rollout, "turn_reward")[0] for rollout in group.rollouts]
+    rewards = [env_turns(rollout, "turn_reward") for rollout in group.rollouts]
     expected = stepwise.estimator(rewards)  # the core, on the same rewards
 
     samples = builder(drop=False).build_from_group(rollout_group=group).training_samples
@@ -198,14 +199,14 @@ def test_every_completion_token_carries_its_turns_advantage(spec, options):
 
 def test_turn_rewards_follow_env_rewards_then_the_rubric_reward():
     rollout = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None), TurnSpec(0.5)], reward=1.0)
-    assert env_turns(rollout, "turn_reward")[0] == [0.25, 0.0, 0.5]  # rubric reward unused
+    assert env_turns(rollout, "turn_reward") == [0.25, 0.0, 0.5]  # rubric reward unused
     truncated = make_rollout(0, 0, [TurnSpec(0.25), TurnSpec(None)], reward=-1.0)
-    assert env_turns(truncated, "turn_reward")[0] == [0.25, -1.0]  # last turn: rubric reward
+    assert env_turns(truncated, "turn_reward") == [0.25, -1.0]  # last turn: rubric reward
     plain = make_rollout(0, 0, [TurnSpec(None), TurnSpec(None)], reward=1.0)
-    assert env_turns(plain, "turn_reward")[0] == [0.0, 1.0]
-    assert env_turns(plain, "other_key")[0] == [0.0, 1.0]
+    assert env_turns(plain, "turn_reward") == [0.0, 1.0]
+    assert env_turns(plain, "other_key") == [0.0, 1.0]
     empty = Rollout(group_id=0, rollout_id=0, status=RolloutStatus.ERROR, reward=0.0)
-    assert env_turns(empty, "turn_reward")[0] == [0.0]
+    assert env_turns(empty, "turn_reward") == [0.0]
 
 
 def test_multi_turn_example_by_hand():
@@ -216,14 +217,16 @@ def test_multi_turn_example_by_hand():
     ]
     group = score(make_group(0, spec), component(gamma=0.5, scale="none", baseline="pooled"))
     # returns: [0 + 0.5·1, 1] and [1]; pooled mean 5/6
-    first, second = (rollout.advantage for rollout in group.rollouts)
-    assert first.per_turn == pytest.approx((0.5 - 5 / 6, 1 - 5 / 6))
-    assert second.per_turn == pytest.approx((1 - 5 / 6,))
-    assert float(first) == first.per_turn[0]  # what torchtitan logs as the rollout's advantage
+    first, second = (turn_advantages(rollout) for rollout in group.rollouts)
+    assert first == pytest.approx([0.5 - 5 / 6, 1 - 5 / 6])
+    assert second == pytest.approx([1 - 5 / 6])
+    # on each turn; the first turn's is the float torchtitan logs as the rollout's advantage
+    assert [turn.env_rewards["turn_advantage"] for turn in group.rollouts[0].turns] == first
+    assert type(group.rollouts[0].advantage) is float and group.rollouts[0].advantage == first[0]
     out = builder().build_from_group(rollout_group=group)
     sample = out.training_samples[0]
     assert sample.loss_mask == [False] * 3 + [True] * 2 + [False] + [True] * 2
-    assert sample.advantage == [0.0] * 3 + [first.per_turn[0]] * 2 + [0.0] + [first.per_turn[1]] * 2
+    assert sample.advantage == [0.0] * 3 + [first[0]] * 2 + [0.0] + [first[1]] * 2
 
     theirs = (
         TrainingSampleBuilder.Config()
@@ -281,7 +284,7 @@ def test_untrainable_and_failed_groups_are_left_to_torchtitan():
 
 def test_builder_rejects_a_scalar_advantage():
     group = score(make_group(0, [([TurnSpec(1.0)], 1.0), ([TurnSpec(0.0)], 0.0)]), AdvantageEstimator.Config().build())
-    with pytest.raises(TypeError, match="StepwiseAdvantage"):
+    with pytest.raises(ConfigError, match="carry no 'turn_advantage'.*StepwiseAdvantage"):
         builder().build_from_group(rollout_group=group)
 
 
@@ -310,16 +313,16 @@ def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
     component = StepwiseAdvantage.Config(estimator="last-turn-only", options={"bonus": 0.5}).build()
     assert isinstance(component.estimator, third_party_estimator)
     group = score(make_group(0, spec), component)
-    assert [a.per_turn for a in (r.advantage for r in group.rollouts)] == [(0.0, 0.75), (0.25,)]
+    assert [turn_advantages(r) for r in group.rollouts] == [[0.0, 0.75], [0.25]]
     samples = builder().build_from_group(rollout_group=group)
     assert samples.training_samples[0].advantage == [0.0] * 3 + [0.0] * 2 + [0.0] + [0.75] * 2
 
 
-def test_turn_advantages_is_the_first_turns_float_and_pickles():
-    value = TurnAdvantages([0.25, -0.5])
-    assert value == 0.25 and isinstance(value, float)
-    copy = pickle.loads(pickle.dumps(value))
-    assert type(copy) is TurnAdvantages and copy.per_turn == (0.25, -0.5)
+def test_the_per_turn_advantages_travel_with_the_rollout():
+    """torchtitan may move groups between processes: the advantages are plain floats on each turn."""
+    group = score(make_group(0, [([TurnSpec(0.0), TurnSpec(1.0)], 1.0), ([TurnSpec(0.5)], 0.5)]), component())
+    copy = pickle.loads(pickle.dumps(group))
+    assert [turn_advantages(r) for r in copy.rollouts] == [turn_advantages(r) for r in group.rollouts]
 
 
 def test_cli_flags_reach_the_component():
@@ -422,7 +425,7 @@ def test_rollout_through_torchtitans_rollouter():
     assert [r.status for r in group.rollouts] == [RolloutStatus.COMPLETED] * 3
     assert [r.reward for r in group.rollouts] == [1.0, 0.0, 1.0]  # torchtitan's rubric
     expected = get_estimator("stepwise", scale="none")(rewards)
-    assert [list(r.advantage.per_turn) for r in group.rollouts] == expected
+    assert [turn_advantages(r) for r in group.rollouts] == expected
 
     samples = builder().build_from_group(rollout_group=group)
     assert len(samples.training_samples) == 3  # one packed sample per rollout
@@ -430,29 +433,3 @@ def test_rollout_through_torchtitans_rollouter():
         credited = [a for a, trained in zip(sample.advantage, sample.loss_mask) if trained]
         lengths = [len(turn.completion_token_ids) for turn in rollout.turns]
         assert credited == [a for a, n in zip(per_turn, lengths) for _ in range(n)]
-
-
-def test_named_env_turns_are_checked_not_guessed():
-    """Torchtitan turns that name their env turn (``turn_index``, the Verifiers rollouter's)."""
-
-    def rollout(*turns: dict[str, float]) -> Rollout:
-        r = make_rollout(0, 0, [TurnSpec(None) for _ in turns], reward=1.0)
-        for turn, env_rewards in zip(r.turns, turns):
-            turn.env_rewards = env_rewards
-        return r
-
-    two_spans_then_one = rollout(
-        {"turn_index": 0}, {"turn_index": 0, "turn_reward": -1.0}, {"turn_index": 1, "turn_reward": 1.0}
-    )
-    assert env_turns(two_spans_then_one, "turn_reward") == ([-1.0, 1.0], [0, 0, 1])
-    bad = {
-        "name no": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_reward": 1.0}),
-        "have no torchtitan turn": rollout(
-            {"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 2, "turn_reward": 1.0}
-        ),
-        "hold no": rollout({"turn_index": 0}, {"turn_index": 1, "turn_reward": 1.0}),
-        "holds two": rollout({"turn_index": 0, "turn_reward": 0.0}, {"turn_index": 0, "turn_reward": 1.0}),
-    }
-    for what, r in bad.items():
-        with pytest.raises(RewardError, match=what):
-            env_turns(r, "turn_reward")

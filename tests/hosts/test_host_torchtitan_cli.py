@@ -9,6 +9,7 @@ its last step (``_validate_config`` checks the model checkpoint path, a Controll
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from types import SimpleNamespace
 
@@ -22,12 +23,12 @@ from verifiers_stepwise import ConfigError
 from verifiers_stepwise.extras import TrainerDependencyMissing, requires
 from verifiers_stepwise.hosts.torchtitan import (
     GPU_ONLY,
-    StepwiseTrainingSampleBuilder,
     check_cli_flags,
     check_credit,
     stepwise_advantage,
     with_stepwise_advantage,
 )
+from verifiers_stepwise.hosts.torchtitan.release import StepwiseTrainingSampleBuilder
 from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 
 SECTIONS = ["--module", "tests.hosts.titan_sections"]
@@ -96,6 +97,43 @@ def test_a_stepwise_advantage_with_torchtitans_builder_is_a_config_error():
         check_credit(controller(AdvantageEstimator.Config(), StepwiseTrainingSampleBuilder.Config()))
     check_credit(controller(stepwise, StepwiseTrainingSampleBuilder.Config()))
     check_credit(controller(AdvantageEstimator.Config(), TrainingSampleBuilder.Config()))
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class StandInControllerConfig:
+    """A stand-in for torchtitan's ``Controller.Config`` (whose module imports vLLM): the two
+    fields the checks read, and a ``__post_init__`` of its own, as torchtitan's has."""
+
+    rollouter: object
+    async_loop: object
+    posted: bool = False
+
+    def __post_init__(self) -> None:
+        self.posted = True
+
+
+@dataclasses.dataclass
+class AsyncLoop:
+    training_sample_builder: object
+
+
+def test_stepwise_controller_checks_the_config_whenever_it_is_built():
+    """``stepwise_controller`` is a subclass of the config's own class (either layout's), whose
+    ``__post_init__`` runs the base's, then ``check_credit`` and ``check_cli_flags``: also when
+    the config is built again (torchtitan's ``ConfigManager`` applying the CLI), and pickled."""
+    import pickle
+
+    from verifiers_stepwise.hosts.torchtitan import stepwise_controller
+
+    rollouter = VerifiersRollouter.Config(taskset="stepwise-refine")
+    paired = StandInControllerConfig(rollouter=rollouter, async_loop=AsyncLoop(StepwiseTrainingSampleBuilder.Config()))
+    checked = stepwise_controller(paired)
+    assert isinstance(checked, StandInControllerConfig) and checked.posted
+    assert pickle.loads(pickle.dumps(checked)).rollouter.taskset == "stepwise-refine"
+    with pytest.raises(ConfigError, match="set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder"):
+        dataclasses.replace(checked, async_loop=AsyncLoop(TrainingSampleBuilder.Config()))  # the CLI's override
+    with pytest.raises(ConfigError, match="set async_loop.training_sample_builder"):
+        stepwise_controller(dataclasses.replace(paired, async_loop=AsyncLoop(TrainingSampleBuilder.Config())))
 
 
 def test_stepwise_advantage_on_torchtitans_dapo_rollouter_takes_its_flags_once_wrapped():
@@ -175,23 +213,6 @@ def test_trainer_imports_names_what_is_missing_and_passes_the_trainers_own_error
             import torchtitan.no_such_module  # noqa: F401
 
 
-@pytest.mark.parametrize(
-    "old, new",
-    [
-        ("torchtitan_verifiers", "torchtitan.verifiers"),
-        ("torchtitan_recipes", "torchtitan.config_registry"),
-    ],  # torchtitan_controller and torchtitan_main need torchtitan's GPU stack or main to import at all
-)
-def test_the_modules_old_names_warn_and_give_the_same_objects(old, new):
-    import sys
-
-    sys.modules.pop(f"verifiers_stepwise.hosts.{old}", None)  # the warning is given on import
-    with pytest.warns(DeprecationWarning, match=f"hosts.{old} is deprecated: use verifiers_stepwise.hosts.{new}"):
-        moved = importlib.import_module(f"verifiers_stepwise.hosts.{old}")
-    current = importlib.import_module(f"verifiers_stepwise.hosts.{new}")
-    assert moved.__all__ == current.__all__ and all(getattr(moved, n) is getattr(current, n) for n in current.__all__)
-
-
 _NO_RL = """
 import sys
 class Hide:
@@ -199,7 +220,7 @@ class Hide:
         if name.startswith(("torchtitan.experiments", "torchtitan.rl")):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Hide())
-import verifiers_stepwise.hosts.torchtitan
+import verifiers_stepwise.hosts.torchtitan.release
 """
 
 

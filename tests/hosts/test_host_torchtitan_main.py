@@ -35,10 +35,17 @@ from torchtitan.experiments.rl.renderer import RendererConfig
 from tests.hosts.test_host_torchtitan_verifiers import assert_each_turns_advantage_on_its_tokens, planned_completion
 from tests.hosts.torchtitan_main import REQUIRE_VAR, child_site, install, stored
 from verifiers_stepwise import ConfigError, get_estimator, score_group
-from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, StepwiseTrainingSampleBuilder, check_cli_flags, env_config
+from verifiers_stepwise.hosts.torchtitan import TURN_REWARD, check_cli_flags, env_config, turn_advantages
 from verifiers_stepwise.testing.tokenizer import qwen3_byte_tokenizer
-from verifiers_stepwise.traces.credit import read_credit
 from verifiers_stepwise.traces.turns import read_turns
+
+
+def main_builder(**config):
+    """Main's ``StepwiseTrainingSampleBuilder`` (its module imports once main's files are installed)."""
+    from verifiers_stepwise.hosts.torchtitan.main import StepwiseTrainingSampleBuilder
+
+    return StepwiseTrainingSampleBuilder.Config(**config).build()
+
 
 FOLDER, MISSING = stored()
 if FOLDER is None and os.environ.get(REQUIRE_VAR):  # .ci/run's torchtitan-main stage: no skip
@@ -180,13 +187,14 @@ def test_dapo_math_refine_through_mains_rollouter(tokenizer_path, spawned_env_se
     assert [r.reward for r in group.rollouts] == [1.0, 1.0, -1.0]  # main's RewardFromVerifiers
     assert all((t.min_policy_version, t.max_policy_version) == (5, 6) for r in group.rollouts for t in r.turns)
 
-    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", scale="none"))]
-    assert [list(r.advantage.per_turn) for r in group.rollouts] == expected
+    estimator = get_estimator("stepwise", scale="none")
+    expected = [c.advantages for c in score_group(episodes, estimator).values()]
+    assert [turn_advantages(r) for r in group.rollouts] == expected
     assert expected[0][0] < expected[1][0]  # the wrong first attempt gets less than right at once
 
-    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
+    built = main_builder().build_from_group(rollout_group=group)
     assert len(built.training_samples) == 3
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 @pytest.mark.slow
@@ -200,10 +208,11 @@ def test_refine_through_mains_rollouter_with_gamma(tokenizer_path, spawned_env_s
     refine_task = lambda task: task["prompt"].startswith("Compute 17 * 23")  # noqa: E731
     group, episodes = run_group(config, tokenizer_path, plans, refine_task)
     assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 3, 1]
-    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.5, baseline="per_turn"))]
-    assert [list(r.advantage.per_turn) for r in group.rollouts] == expected
-    built = StepwiseTrainingSampleBuilder.Config().build().build_from_group(rollout_group=group)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples)
+    estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
+    expected = [c.advantages for c in score_group(episodes, estimator).values()]
+    assert [turn_advantages(r) for r in group.rollouts] == expected
+    built = main_builder().build_from_group(rollout_group=group)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, built.training_samples, estimator)
 
 
 def mains_group(episodes, estimator="stepwise", **options):
@@ -245,16 +254,16 @@ def test_tool_call_turns_and_forks_through_mains_conversion(fork):
     rollouts = group.rollouts
     assert [len(r.turns) for r in rollouts] == [3, 2, 4]  # main: one turn per sampled span
     assert rollouts[0].turns[0].env_messages  # main's conversion keeps the tool result
-    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9))]
-    assert [list(r.advantage.per_turn) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
-    builder = StepwiseTrainingSampleBuilder.Config(drop_zero_std_reward_groups=False).build()
+    expected = [c.advantages for c in score_group(episodes, get_estimator("stepwise", gamma=0.9)).values()]
+    assert [turn_advantages(r) for r in rollouts][0] == [expected[0][0], expected[0][0], expected[0][1]]
+    builder = main_builder(drop_zero_std_reward_groups=False)
     samples = builder.build_from_group(rollout_group=group).training_samples
     assert len(samples) == (5 if fork else 3)
-    assert_each_turns_advantage_on_its_tokens(group, episodes, samples)
+    assert_each_turns_advantage_on_its_tokens(group, episodes, samples, get_estimator("stepwise", gamma=0.9))
 
 
 def test_mains_rollouter_lays_out_each_traces_one_credit_record():
-    """The walk of a turn's reward through main's rollouter: score_group's record on each trace,
+    """The walk of a turn's reward through main's rollouter: score_group's record of each trace,
     anchor states included (gigpo is not grpo here), laid out on main's turns."""
     from tests.hosts.test_host_torchtitan_verifiers import tool_episode
 
@@ -263,9 +272,9 @@ def test_mains_rollouter_lays_out_each_traces_one_credit_record():
         trace = episode.traces[0]
         trace.info["turn_states"] = ["start", *(f"s{t}" for t in range(1, len(trace.info["turn_rewards"])))]
     group = mains_group(episodes, estimator="gigpo")
-    records = [read_credit(e.traces[0]) for e in episodes]
-    assert all(r is not None and r.estimator == "gigpo" for r in records)
-    per_span = [list(r.advantage.per_turn) for r in group.rollouts]
+    records = list(score_group(episodes, "gigpo").values())
+    assert all(r.estimator == "gigpo" for r in records)
+    per_span = [turn_advantages(r) for r in group.rollouts]
     assert per_span[0] == [records[0].advantages[0], records[0].advantages[0], records[0].advantages[1]]
     assert [r.advantages for r in records] != get_estimator("grpo")([r.rewards for r in records])
     assert [[t.env_rewards["turn_index"] for t in r.turns] for r in group.rollouts][0] == [0.0, 0.0, 1.0]
@@ -310,9 +319,9 @@ class Hide:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 sys.meta_path.insert(0, Hide())
-import verifiers_stepwise.hosts.torchtitan as titan
 import verifiers_stepwise.hosts.torchtitan.main as main
-print(titan.RL_PACKAGE, titan.TrainingSampleBuilder.__module__, main.StepwiseVerifiersRollouter.__mro__[1].__module__)
+builder = main.StepwiseTrainingSampleBuilder.__mro__[2]  # after the class itself and StepwiseSamples
+print(main.LAYOUT, builder.__module__, main.StepwiseVerifiersRollouter.__mro__[1].__module__)
 try:
     import verifiers_stepwise.hosts.torchtitan.verifiers
 except Exception as error:
@@ -333,7 +342,7 @@ def test_the_adapter_imports_on_mains_layout():
         "torchtitan.experiments.rl.components.training_sample_builder",  # the stand-in aliases 0.3.0's
         "torchtitan.rl.examples.verifiers.rollouter",
     ]
-    assert refusal.startswith("HostMismatch ") and "hosts.torchtitan.main.StepwiseVerifiersRollouter" in refusal
+    assert refusal.startswith("HostMismatch ") and "use verifiers_stepwise.hosts.torchtitan.main" in refusal
 
 
 _ON_0_3_1 = """

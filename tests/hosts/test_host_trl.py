@@ -19,13 +19,15 @@ import torch
 import verifiers.v1 as vf
 from trl import GRPOConfig
 
+from verifiers_stepwise.errors import HostMismatch
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, parse_request
-from verifiers_stepwise.hosts.trl.endpoint import BatchingTokenEndpoint
-from verifiers_stepwise.hosts.trl.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
+from verifiers_stepwise.hosts.trl.inference import submit
+from verifiers_stepwise.hosts.trl.inference.endpoint import BatchingTokenEndpoint
+from verifiers_stepwise.hosts.trl.inference.renderer import END_OF_TURN, TurnFormatRenderer, renderer_config
+from verifiers_stepwise.hosts.trl.inference.sampling import ModelSampler
 from verifiers_stepwise.hosts.trl.rollout import score_groups
-from verifiers_stepwise.hosts.trl.sampling import ModelSampler
-from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _consecutive_groups, _submit
+from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _group_tasks
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer
 from verifiers_stepwise.traces.credit import score_group
@@ -126,7 +128,7 @@ def post(endpoint, body) -> tuple[int, str]:
 
 
 def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, format="turns"):
-    """Run on the host's own rollout loop (see ``trainer._submit``), as training does."""
+    """Run on the host's own rollout loop (see ``inference.submit``), as training does."""
     with BatchingTokenEndpoint(generate) as endpoint:
         client = vf.TrainClientConfig(
             base_url=endpoint.base_url,
@@ -134,7 +136,7 @@ def _episodes(tokenizer_dir, generate, env=REFINE, rollouts=2, max_tokens=None, 
             renderer=renderer_config(format),
             renderer_model_name=tokenizer_dir,
         )
-        return _submit(
+        return submit(
             run_groups(
                 env,
                 client,
@@ -218,11 +220,11 @@ def test_bad_sampling_params_are_named(params, field):
 
 
 def test_rows_must_come_in_whole_groups():
-    assert _consecutive_groups([4, 4, 1, 1], 2) == [(0, 2), (2, 4)]
-    with pytest.raises(ValueError, match="not one task's group"):
-        _consecutive_groups([4, 1, 1, 4], 2)
-    with pytest.raises(ValueError, match="groups of 3"):
-        _consecutive_groups([4, 4], 3)
+    assert _group_tasks([4, 4, 1, 1], 2) == [4, 1]
+    with pytest.raises(HostMismatch, match="not groups of 2 rows of one task"):
+        _group_tasks([4, 1, 1, 4], 2)
+    with pytest.raises(HostMismatch, match="not groups of 3 rows"):
+        _group_tasks([4, 4], 3)
 
 
 def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer_dir):
@@ -249,13 +251,16 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
 def test_gigpo_gets_the_envs_anchor_states_through_the_host(tokenizer, tokenizer_dir, monkeypatch):
     """An env that names its states (here: the turn index, shared by every rollout) reaches
     ``gigpo`` through the host's scoring: wrong-then-right and right-at-once have equal episode
-    returns (grpo: 0 everywhere) but different returns from the shared first state."""
+    returns (grpo: 0 everywhere) but different returns from the shared first state. A wrong try
+    pays 0 here (``incorrect_reward``; stepwise-sums' default charges it -1, which would make the
+    episode returns differ)."""
     from stepwise_sums.sums import SumsEnv
 
     monkeypatch.setattr(SumsEnv, "turn_state", lambda self, task, index, trace, message: index)
-    answer = list(vf.load_environment(vf.resolve_env_config(SUMS)).taskset)[0].data.answer
+    env = SUMS | {"incorrect_reward": 0.0}
+    answer = list(vf.load_environment(vf.resolve_env_config(env)).taskset)[0].data.answer
     generate = Scripted(tokenizer, [f" {answer + 1}", f" {answer}", f" {answer}"], end="\n")
-    (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=2, format="text")
+    (group,) = _episodes(tokenizer_dir, generate, env=env, rollouts=2, format="text")
     gigpo = score_groups([group], get_estimator("gigpo"), tokenizer.pad_token_id)
     assert sorted(s.credit.rewards for s in gigpo) == [[0.0, 1.0], [1.0]]
     assert {
@@ -306,11 +311,11 @@ def test_the_train_clients_renderer_is_built_with_the_trainer_not_in_step_1(toke
     trainer = _trainer(tokenizer, tmp_path)
 
     def renderers() -> list:  # verifiers' process-wide pool, under any key naming this tokenizer
-        return [r for key, built in ElasticRendererPool._renderers.items() if key[0] == trainer._tokenizer_dir.name
-                for r in built]  # fmt: skip
+        name = trainer.inference._tokenizer_dir.name
+        return [r for key, built in ElasticRendererPool._renderers.items() if key[0] == name for r in built]
 
     try:
-        trainer._renderer_ready.result(timeout=60)
+        trainer.inference._renderer_ready.result(timeout=60)
         (built,) = renderers()
         trainer.run_episodes(trainer.tasks[:1], 2)
         assert renderers() == [built]  # the episodes' client used it, and built no other
@@ -353,7 +358,7 @@ def test_two_steps_train_on_per_turn_credit_equal_to_score_group(tokenizer, tmp_
             offset += n
     # score_group on fresh copies of the group gives the same per-turn advantages
     copies = [e.model_copy(deep=True) for e in batch.episodes]
-    expected = [c.advantages for c in score_group(copies, trainer.estimator)]
+    expected = [c.advantages for c in score_group(copies, trainer.estimator).values()]
     assert [pytest.approx(a) for a in expected] == [s.credit.advantages for s in batch.samples]
     logged = trainer.state.log_history[0]
     for key in ("reward", "turn_rewards/mean", "turn_advantages/abs_mean", "turn_rewards/turn_2", "turns/mean"):
@@ -492,7 +497,7 @@ def test_the_command_evaluates_held_out_tasks_from_the_untrained_model_on(model_
 def test_evaluation_without_held_out_tasks_is_refused_by_name():
     from verifiers_stepwise.hosts.trl.cli import main
 
-    with pytest.raises(SystemExit, match="--eval_strategy steps: name the held-out tasks with --eval-env-args"):
+    with pytest.raises(SystemExit, match="error: --eval_strategy steps: name the held-out tasks with --eval-env-args"):
         main(["--eval_strategy", "steps", "--output_dir", "/tmp/unused-vf-stepwise", "--model", "unused"])
 
 
@@ -505,6 +510,50 @@ def test_env_args_set_a_taskset_field_and_keep_the_env_id():
     assert env == {"taskset": {"id": "stepwise-sums", "shots": 2}, "max_turns": 2}
     loaded = vf.load_environment(vf.resolve_env_config(env))
     assert loaded.taskset.config.shots == 2 and loaded.config.max_turns == 2
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--estimator", "stepwize"], "error: --estimator: no advantage estimator named 'stepwize'; installed: "),
+        (["--options", '{"gama": 0.9}'], "error: --options: Stepwise config: field 'gama': unknown field"),
+        (["--env-id", "stepwise-sumz"], "error: --env-id 'stepwise-sumz' with --env-args: taskset 'stepwise-sumz' "),
+        (
+            ["--env-args", '{"max_turnz": 3}'],
+            "error: --env-id 'stepwise-refine' with --env-args: RefineConfig config: field 'max_turnz': unknown field",
+        ),
+        (
+            ["--env-id", "stepwise-sums", "--eval-env-args", '{"taskset": {"splt": "test"}}'],
+            "error: --eval-env-args: SumsConfig config: field 'taskset.splt': unknown field",
+        ),
+        (["--reading", "score"], "error: --reading 'score': choose one of ['rewards', 'scores']"),
+        (["--format", "chat"], "error: --format: unknown format 'chat'"),
+    ],
+)
+def test_a_wrong_name_or_option_is_one_line_before_the_model_loads(flags, message):
+    """Issue #37: an unknown estimator, option or env id was reported after the model's ~20 s
+    load, as a traceback. The command now checks its names first: with a ``--model`` that
+    cannot load, the error is still the name's, one line."""
+    from verifiers_stepwise.hosts.trl.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([*flags, "--model", "/no/such/model", "--output_dir", "/tmp/unused-vf-stepwise", "--report_to", "none"])
+    text = str(stopped.value.code)
+    assert text.startswith(message) and "\n" not in text
+
+
+@pytest.mark.slow
+def test_the_command_names_an_unknown_estimator_in_one_line_without_a_traceback(tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "verifiers_stepwise.hosts.trl", "--estimator", "stepwize", "--model", "/no/such/model",
+         "--output_dir", str(tmp_path), "--report_to", "none"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: --estimator: no advantage estimator named 'stepwize'; installed: ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
 def test_the_command_names_a_bad_json_flag():
@@ -545,7 +594,7 @@ def test_the_text_format_continues_the_document_and_a_reply_ends_at_its_newline(
     generate = Scripted(tokenizer, [" 13", " 12"], end="\n")
     (group,) = _episodes(tokenizer_dir, generate, env=SUMS, rollouts=1, format="text")
     (trace,) = group[0].traces
-    assert len(trace.branches) == 1 and read_turns(trace).rewards == [0.0, 1.0]
+    assert len(trace.branches) == 1 and read_turns(trace).rewards == [-1.0, 1.0]  # a wrong try costs 1
     branch = trace.branches[0]
     prompt = group[0].task.data.prompt
     assert tokenizer.decode(branch.token_ids, skip_special_tokens=True) == prompt + " 13\ntoo high. 10 + 2 = 12\n"
@@ -602,7 +651,7 @@ def test_a_batch_waits_for_every_episode_in_flight():
 def test_sampled_logprobs_are_the_log_softmax_of_the_sampling_distribution(tokenizer):
     """SampledLogprobs (one step's distribution at a time) against generate's full-vocabulary logits,
     at temperature 1 and 0.7 (transformers applies its temperature after a caller's processors)."""
-    from verifiers_stepwise.hosts.trl.sampling import SampledLogprobs
+    from verifiers_stepwise.hosts.trl.inference.sampling import SampledLogprobs
 
     model = tiny_model(tokenizer).eval()
     ids = torch.tensor([tokenizer.encode("12 + 3 =")] * 3)
@@ -810,7 +859,7 @@ def test_the_step_cost_benchmark_runs_end_to_end(model_dir, tmp_path):
 @pytest.mark.parametrize("slowdown", [60.0, 0.4])
 def test_the_command_warns_when_bfloat16_is_slow_on_this_cpu(monkeypatch, tmp_path, capsys, slowdown):
     """An AVX2-only CPU ran the README's bfloat16 step ~100 s against ~9 s where the CPU has bf16 instructions."""
-    import verifiers_stepwise.hosts.trl.model as model_module
+    import verifiers_stepwise.hosts.trl.inference.model as model_module
     from verifiers_stepwise.hosts.trl.cli import main
 
     class Loaded(Exception):

@@ -35,10 +35,11 @@ from pydantic import ValidationError
 from tests.hosts.conftest import needs_prime_rl
 from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
 from verifiers_stepwise import get_estimator, read_credit
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.hosts.prime_rl import MODULE, StepwiseAlgoConfig, StepwiseAlgorithm, register
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.traces import TraceBuilder
-from verifiers_stepwise.traces.turns import TurnSchemaError, append_turn, read_turns
+from verifiers_stepwise.traces.turns import append_turn, read_turns
 
 pytestmark = needs_prime_rl
 
@@ -392,5 +393,5 @@ def test_the_reading_applied_is_recorded_and_none_fails():
     # An env written for prime-rl PR #3282's reading: per-turn scores, None for an unscored turn.
     pr_3282 = multi_turn([0.0, 1.0])
     pr_3282.traces[0].info["turn_rewards"] = [None, 1.0]
-    with pytest.raises(TurnSchemaError, match=pr_3282.traces[0].id):
+    with pytest.raises(TraceError, match=pr_3282.traces[0].id):
         score(built(), [pr_3282, multi_turn([0.0, 0.5])])

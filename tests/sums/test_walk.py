@@ -109,8 +109,8 @@ async def test_only_arrival_earns_and_each_turn_acts_from_its_position():
 
 async def test_gigpo_compares_the_turns_that_stepped_from_the_same_position():
     group, _ = await walk_from_10_to_17()
-    gigpo = [c.advantages for c in score_group(group, get_estimator("gigpo"))]
-    grpo = [c.advantages for c in score_group(group, get_estimator("grpo"))]
+    gigpo = [c.advantages for c in score_group(group, get_estimator("gigpo")).values()]
+    grpo = [c.advantages for c in score_group(group, get_estimator("grpo")).values()]
     assert gigpo != grpo  # positions recur across the rollouts, so the step advantage is not 0
 
 

@@ -24,9 +24,10 @@ import verifiers.v1 as vf
 from stepwise_swe_bench.grading import hidden_lines
 from stepwise_swe_bench.instances import load_instances
 
-from verifiers_stepwise import get_estimator, read_turns, score_group
+from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import loopback_server
 
@@ -230,7 +231,7 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     assert [len(nodes) for nodes in fixed.info["turn_nodes"]] == [3, 3]
 
     # discounted (γ 0.4), the fixing round gets more credit than the round before it
-    advantages = [c.advantages for c in score_group(group, get_estimator("stepwise", gamma=0.4))]
+    advantages = [c.advantages for c in score_group(group, get_estimator("stepwise", gamma=0.4)).values()]
     fixed_adv, idle_adv = (
         (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
     )

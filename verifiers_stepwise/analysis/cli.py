@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.errors import ConfigError, RewardError
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
@@ -143,7 +143,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="skip bad lines and traces (each is counted and reported) instead of stopping at the first",
     )
     adv.add_argument(
-        "--turn-rewards",
+        "--reading",
         choices=["rewards", "scores"],
         default="rewards",
         help="read trace.info['turn_rewards'] as per-turn rewards (default) or as per-turn scores, "
@@ -190,41 +190,44 @@ def _estimator_class(name: str) -> type[Estimator]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.analysis.flags import field_description, type_name
     from verifiers_stepwise.envs.bundles import available_environments
-    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators, estimator_class
+    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators
 
     try:
         names = available_estimators()
         environments = available_environments()
     except EntryPointConflict as e:
         raise CommandError(str(e)) from None
-    estimators: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            cls = estimator_class(name)
-        except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
-            estimators.append({"name": name, "error": f"{type(e).__name__}: {e}"})
-            continue
-        estimators.append(
-            {
-                "name": name,
-                "class": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": [
-                    {
-                        "name": field,
-                        "type": type_name(info.annotation),
-                        "default": info.get_default(call_default_factory=True),
-                        "description": field_description(info),
-                    }
-                    for field, info in cls.Config.model_fields.items()
-                ],
-            }
-        )
+    estimators = [_estimator_entry(name) for name in names]
     if args.json:
         print(json.dumps({"estimators": estimators, "environments": environments}, indent=2, default=repr))
-        return 0
+    else:
+        _print_list(estimators, environments)
+    return 0
 
+
+def _estimator_entry(name: str) -> dict[str, Any]:
+    """An installed estimator's class and config fields, or why it failed to load."""
+    from verifiers_stepwise.analysis.flags import field_description, type_name
+    from verifiers_stepwise.estimators.registry import estimator_class
+
+    try:
+        cls = estimator_class(name)
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
+        return {"name": name, "error": f"{type(e).__name__}: {e}"}
+    fields = [
+        {
+            "name": field,
+            "type": type_name(info.annotation),
+            "default": info.get_default(call_default_factory=True),
+            "description": field_description(info),
+        }
+        for field, info in cls.Config.model_fields.items()
+    ]
+    return {"name": name, "class": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
+
+
+def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) -> None:
     from rich.table import Table
 
     console = _console()
@@ -233,99 +236,105 @@ def _list(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for entry in estimators:
         if "error" in entry:
-            failed = f"[red]failed to load: {entry['error']}[/]"
-            table.add_row(entry["name"], failed, "", "", "", "")
+            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]", "", "", "", "")
             continue
         for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "", "description": ""}]):
-            table.add_row(
-                entry["name"] if i == 0 else "",
-                entry["class"] if i == 0 else "",
-                f["name"],
-                f["type"],
-                repr(f["default"]) if f["name"] else "",
-                f["description"],
-            )
+            first = i == 0
+            default = repr(f["default"]) if f["name"] else ""
+            table.add_row(entry["name"] if first else "", entry["class"] if first else "", f["name"], f["type"],
+                          default, f["description"])  # fmt: skip
     console.print(table)
+    if not environments:
+        console.print("no environment bundles installed (entry-point group verifiers.environments)")
+        return
     envs = Table(title="environment bundles (verifiers.environments)", title_justify="left")
     envs.add_column("vf-eval ID")
     envs.add_column("module")
     for env_id, module in environments.items():
         envs.add_row(env_id, module)
-    if environments:
-        console.print(envs)
-    else:
-        console.print("no environment bundles installed (entry-point group verifiers.environments)")
-    return 0
+    console.print(envs)
 
 
 # -- vf-stepwise advantages ---------------------------------------------------------------
 
 
 def _advantages(args: argparse.Namespace) -> int:
-    from verifiers_stepwise.analysis.stats import credit, describe, with_gamma
-    from verifiers_stepwise.estimators import ConfigError
-
-    paths = [_traces_file(p) for p in args.traces]
-    # Every setting is checked before the (possibly long) read.
-    try:
-        main_estimator = args.estimator_class(**_options(args))
-        compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
-    try:
-        sweep_estimators = [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
-    except ValueError as e:  # ConfigError included
-        raise CommandError(f"--gammas: {e}") from None
-    no_plot = None
-    if args.plot is not None:
-        from verifiers_stepwise.extras import MissingExtra
-
-        try:
-            from verifiers_stepwise.analysis.plot import plot_credit
-        except MissingExtra as e:  # the tables need no matplotlib: printed, then this, exit 1
-            no_plot, args.plot = f"no plot written: {e}", None
-
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
     from verifiers_stepwise.analysis.tracefile import BadInput
-    from verifiers_stepwise.estimators.ragged import RewardError
 
-    output = None
-    if not args.no_output:
-        output = args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-        _check_output(output, paths)
-    if args.plot is not None:
-        _check_output(args.plot, paths)
-
+    paths = [_traces_file(p) for p in args.traces]
+    main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
+    plot_credit, no_plot = _plotter() if args.plot is not None else (None, None)
+    plot = args.plot if plot_credit is not None else None
+    output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
+    for path in (output, plot):
+        if path is not None:
+            _check_output(path, paths)
     try:
         collected = _read(paths, args)
     except BadInput as e:
-        hint = "(--skip-bad skips bad lines and traces and counts them)"
-        raise CommandError(f"{e}\n{hint}") from None
+        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
     if not collected.lengths:
         raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
     grouped = collected.grouped()
-    batch = grouped.batch
-    try:  # e.g. returns that overflow float64
-        credits = [credit(describe(args.estimator, main_estimator), main_estimator, batch)]
-        if compare is not None:
-            credits.append(credit(describe(*compare), compare[1], batch))
-        sweep = [credit(describe(args.estimator, e), e, batch) for e in sweep_estimators]
-    except RewardError as e:
-        raise CommandError(str(e)) from None
-
+    configs = [_config(args.estimator, main_estimator, grouped.batch)]
+    if compare is not None:
+        configs.append(_config(*compare, grouped.batch))
+    sweep = [_config(args.estimator, estimator, grouped.batch) for estimator in sweep_estimators]
     if output is not None:
-        write_turn_rows(output, collected, grouped, credits)
-    if args.plot is not None:
-        plot_credit(args.plot, batch, credits)
-    report = summary(collected, grouped, credits, sweep, output, args.plot)
+        write_turn_rows(output, collected, grouped, configs)
+    if plot_credit is not None:
+        plot_credit(plot, grouped.batch, configs)
+    report = summary(collected, grouped, configs, sweep, output, plot)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
     else:
         render(_console(), report)
     if no_plot is not None:
         print(f"error: {no_plot}", file=sys.stderr)
         return EXIT_NO_PLOT
     return 0
+
+
+def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimator] | None, list[Estimator]]:
+    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked."""
+    from verifiers_stepwise.analysis.stats import with_gamma
+
+    try:
+        main_estimator = args.estimator_class(**_options(args))
+        compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+    try:
+        return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
+    except ValueError as e:  # ConfigError included
+        raise CommandError(f"--gammas: {e}") from None
+
+
+def _plotter() -> tuple[Any, str | None]:
+    """``analysis.plot.plot_credit``, or None and the line naming the extra it needs: the tables
+    need no matplotlib, so they are printed, then that line, and the exit status is 1."""
+    from verifiers_stepwise.extras import MissingExtra
+
+    try:
+        from verifiers_stepwise.analysis.plot import plot_credit
+    except MissingExtra as e:
+        return None, f"no plot written: {e}"
+    return plot_credit, None
+
+
+def _config(name: str, estimator: Estimator, batch: Any) -> Any:
+    """One config on the batch: the estimator's own estimate, checked as every credit record's
+    is (``traces.credit.checked_estimate``: one finite advantage per turn)."""
+    from verifiers_stepwise.analysis.report import Config
+    from verifiers_stepwise.analysis.stats import describe
+    from verifiers_stepwise.traces.credit import checked_estimate
+
+    label = describe(name, estimator)
+    try:
+        return Config(label, estimator, checked_estimate(estimator, batch, label))
+    except RewardError as e:  # e.g. returns that overflow float64
+        raise CommandError(str(e)) from None
 
 
 def _check_output(output: Path, inputs: list[Path]) -> None:
@@ -367,8 +376,7 @@ def _traces_file(path: Path) -> Path:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, the
     spelling the TRL host's command takes too; a field given both ways is refused."""
-    from verifiers_stepwise.analysis.flags import config_values
-    from verifiers_stepwise.hosts import options_json
+    from verifiers_stepwise.analysis.flags import config_values, options_json
 
     flags = config_values(args)
     given = options_json(args.options) if args.options is not None else {}
@@ -380,8 +388,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _compare(spec: str, main_name: str, main_estimator: Any) -> tuple[str, Any]:
     """``NAME``, ``NAME:field=value,...`` or ``:field=value,...`` -> (name, estimator)."""
-    from verifiers_stepwise.estimators import ConfigError
-
     name, _, assignments = spec.partition(":")
     fields: dict[str, Any] = {}
     if not name:
@@ -408,7 +414,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     if not show:
-        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.turn_rewards)
+        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -437,7 +443,7 @@ def _read(paths: list[Path], args: argparse.Namespace) -> Any:
             skip_bad=args.skip_bad,
             missing=args.missing,
             progress=lambda n: progress.advance(task, n),
-            reading=args.turn_rewards,
+            reading=args.reading,
         )
 
 

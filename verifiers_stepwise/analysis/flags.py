@@ -1,4 +1,4 @@
-"""Command-line flags generated from a pydantic config class.
+"""Command-line flags generated from a pydantic config class, and the options as one JSON flag.
 
 Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (underscores become
 dashes), so an estimator another package registers gets its own flags with no change here.
@@ -16,9 +16,26 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-__all__ = ["add_config_flags", "config_values", "field_description", "type_name"]
+__all__ = ["add_config_flags", "config_values", "field_description", "options_json", "type_name"]
 
 _PREFIX = "config_field:"
+
+
+def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
+    """A command line's JSON-object flag as a dict: the estimator options of ``vf-stepwise``'s and
+    the TRL host's ``--options`` (``'{"gamma": 0.9}'``, validated by the estimator's config), the
+    TRL host's env blocks. ConfigError naming ``flag`` when it is not JSON or not an object."""
+    import json
+
+    from verifiers_stepwise.errors import ConfigError
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{flag}: not JSON ({error}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: must be a JSON object, got {text!r}")
+    return value
 
 
 def type_name(annotation: Any) -> str:

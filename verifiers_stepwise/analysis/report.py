@@ -1,5 +1,5 @@
-"""Results of ``vf-stepwise advantages``: the summary (as a dict and as rich tables) and the
-per-turn JSONL file.
+"""Results of ``vf-stepwise advantages``: the report (a ``Report``, printed as rich tables or as
+JSON) and the per-turn JSONL file.
 
 JSONL: one object per turn of every scored trajectory, groups in first-seen order, each
 group's trajectories in read order:
@@ -10,7 +10,8 @@ group's trajectories in read order:
     group_by, group_id  the field the group was formed by and its value (see tracefile)
     turn, turns         turn index t (0-based) and the trajectory's number of turns T
     reward, tokens      r_t and the turn's sampled tokens (0 without token ids)
-    return, advantage   R_t and A_t of the main estimator config
+    return, advantage   R_t and A_t of the main estimator config (return null for an estimator
+                        not built on per-turn returns)
     compare_return, compare_advantage   the same for ``--compare``, when given
 """
 
@@ -19,102 +20,156 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.analysis.stats import Credit, turn_stats
+from verifiers_stepwise.analysis.stats import TurnStats, turn_stats
 from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Grouped
-from verifiers_stepwise.estimators import zero_advantage_groups
+from verifiers_stepwise.estimators import Estimator, zero_advantage_groups
+from verifiers_stepwise.estimators.base import Estimate
 
-__all__ = ["number", "render", "summary", "write_turn_rows"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Config", "ConfigSummary", "Counts", "Groups", "Report", "number", "render", "summary", "write_turn_rows"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One estimator config on the batch: its label, the estimator, and what it estimated."""
+
+    label: str
+    estimator: Estimator
+    estimate: Estimate
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """What the report says of one config: its fields, groups left without credit, per-turn stats."""
+
+    label: str
+    config: dict[str, Any]
+    zero_advantage_groups: int
+    turns: TurnStats
+
+
+@dataclass(frozen=True)
+class Counts:
+    lines: int
+    blank_lines: int
+    episodes: int
+    traces: int
+    trajectories: int
+    turns: int
+    not_trainable: int
+    errored: int
+
+
+@dataclass(frozen=True)
+class Groups:
+    count: int
+    by: dict[str, int]
+    """How many groups each id field formed (``group.id``, ``task.key``, ``task.hash``)."""
+    sizes: dict[int, int]
+    """Groups by their number of trajectories."""
+
+    @property
+    def singleton(self) -> int:
+        return self.sizes.get(1, 0)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``vf-stepwise advantages`` reports; ``to_json`` is what ``--json`` prints."""
+
+    files: list[str]
+    counts: Counts
+    skipped: dict[str, int]
+    """Skipped items by kind (``tracefile.PROBLEMS``)."""
+    problems: list[str]
+    groups: Groups
+    estimators: list[ConfigSummary]
+    """The main config, and ``--compare``'s when given."""
+    sweep: list[ConfigSummary]
+    """The main config at each of ``--gammas``."""
+    output: Path | None
+    plot: Path | None
+
+    def to_json(self) -> dict[str, Any]:
+        def config(entry: ConfigSummary) -> dict[str, Any]:
+            return {**asdict(entry) | {"turns": entry.turns.rows()}}
+
+        groups = self.groups
+        return {
+            "files": self.files,
+            "counts": asdict(self.counts),
+            "skipped": self.skipped,
+            "problems": self.problems,
+            "groups": {
+                "count": groups.count,
+                "by": groups.by,
+                "sizes": {str(size): n for size, n in sorted(groups.sizes.items())},
+                "singleton": groups.singleton,
+            },
+            "estimators": [config(entry) for entry in self.estimators],
+            "sweep": [config(entry) for entry in self.sweep],
+            "output": None if self.output is None else str(self.output),
+            "plot": None if self.plot is None else str(self.plot),
+        }
 
 
 def summary(
     collected: Collected,
     grouped: Grouped,
-    credits: list[Credit],
-    sweep: list[Credit],
+    configs: Sequence[Config],
+    sweep: Sequence[Config],
     output: Path | None,
     plot: Path | None = None,
-) -> dict[str, Any]:
-    """Everything the command reports, as plain JSON-able values."""
+) -> Report:
+    """Everything the command reports."""
     batch = grouped.batch
-    sizes = Counter(batch.group_sizes.tolist())
 
-    def config_summary(credit: Credit) -> dict[str, Any]:
-        stats = turn_stats(batch, credit, grouped.tokens)
-        return {
-            "label": credit.label,
-            "config": credit.estimator.config.model_dump(mode="json"),
-            "returns": {"gamma": credit.gamma, "aggregation": credit.aggregation},
-            "zero_advantage_groups": int(zero_advantage_groups(batch, credit.advantages).sum()),
-            "turns": stats.rows(),
-        }
+    def config_summary(config: Config) -> ConfigSummary:
+        return ConfigSummary(
+            label=config.label,
+            config=config.estimator.config.model_dump(mode="json"),
+            zero_advantage_groups=int(zero_advantage_groups(batch, config.estimate.advantages).sum()),
+            turns=turn_stats(batch, config.estimate, grouped.tokens),
+        )
 
-    return {
-        "files": collected.files,
-        "counts": {
-            "lines": collected.counts["lines"],
-            "blank_lines": collected.counts["blank_lines"],
-            "episodes": collected.counts["episodes"],
-            "traces": collected.counts["traces"],
-            "trajectories": batch.n_trajectories,
-            "turns": batch.n_turns,
-            "not_trainable": collected.counts["not_trainable"],
-            "errored": collected.counts["errored"],
-        },
-        "skipped": {kind: collected.skipped[kind] for kind in PROBLEMS},
-        "problems": [str(p) for p in collected.problems],
-        "groups": {
-            "count": batch.n_groups,
-            "by": dict(Counter(key.by for key in collected.groups)),
-            "sizes": {str(size): n for size, n in sorted(sizes.items())},
-            "singleton": sizes.get(1, 0),
-        },
-        "estimators": [config_summary(credit) for credit in credits],
-        "sweep": [config_summary(credit) for credit in sweep],
-        "output": str(output) if output is not None else None,
-        "plot": str(plot) if plot is not None else None,
-    }
-
-
-def render(console: Any, report: dict[str, Any]) -> None:
-    """Print the summary as rich text and tables."""
-    from rich.table import Table
-
-    counts, groups = report["counts"], report["groups"]
-    console.print(
-        f"[bold]read[/] {len(report['files'])} file(s): {counts['lines']:,} lines"
-        f" ({counts['blank_lines']:,} blank), {counts['episodes']:,} episodes,"
-        f" {counts['traces']:,} traces"
+    count = collected.counts
+    return Report(
+        files=collected.files,
+        counts=Counts(
+            lines=count["lines"],
+            blank_lines=count["blank_lines"],
+            episodes=count["episodes"],
+            traces=count["traces"],
+            trajectories=batch.n_trajectories,
+            turns=batch.n_turns,
+            not_trainable=count["not_trainable"],
+            errored=count["errored"],
+        ),
+        skipped={kind: collected.skipped[kind] for kind in PROBLEMS},
+        problems=[str(p) for p in collected.problems],
+        groups=Groups(
+            count=batch.n_groups,
+            by=dict(Counter(key.by for key in collected.groups)),
+            sizes=dict(Counter(batch.group_sizes.tolist())),
+        ),
+        estimators=[config_summary(config) for config in configs],
+        sweep=[config_summary(config) for config in sweep],
+        output=output,
+        plot=plot,
     )
-    by = ", ".join(f"{field} {n:,}" for field, n in groups["by"].items())
-    sizes = ", ".join(f"{n:,}×{size}" for size, n in groups["sizes"].items())
-    console.print(
-        f"[bold]scored[/] {counts['trajectories']:,} trajectories, {counts['turns']:,} turns,"
-        f" in {groups['count']:,} groups (by {by or '-'}; sizes {sizes or '-'})"
-    )
-    if groups["singleton"]:
-        singleton = groups["singleton"]
-        console.print(f"  {singleton:,} singleton groups: nothing to compare, advantage 0")
-    excluded = []
-    if counts["not_trainable"]:
-        excluded.append(f"{counts['not_trainable']:,} traces of untrainable agents")
-    if counts["errored"]:
-        excluded.append(f"{counts['errored']:,} errored traces (left out of their groups, as score_group does)")
-    if excluded:
-        console.print("  " + "; ".join(excluded))
-    skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report["skipped"].items() if n]
-    if skipped:
-        console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
-        for problem in report["problems"]:
-            console.print(f"  [yellow]{problem}[/]", markup=False, highlight=False)
-        total = sum(report["skipped"].values())
-        if total > len(report["problems"]):
-            console.print(f"  ... and {total - len(report['problems']):,} more")
 
-    tokens = any(row["mean_tokens"] for e in report["estimators"] for row in e["turns"])
-    tables, needed = _credit_tables(console, report["estimators"], tokens)
+
+def render(console: Any, report: Report) -> None:
+    """Print the report as rich text and tables."""
+    _render_counts(console, report)
+    tokens = any(entry.turns.mean_tokens.any() for entry in report.estimators)
+    tables, needed = _credit_tables(console, report.estimators, tokens)
     if len(tables) > 1:
         console.print(
             f"(split in {len(tables)}: one table needs {needed} columns, the console has {console.width};"
@@ -122,30 +177,66 @@ def render(console: Any, report: dict[str, Any]) -> None:
         )
     for table in tables:
         console.print(table)
+    if report.sweep:
+        console.print(_sweep_table(report.estimators[0].label, report.sweep))
+    if report.output:
+        console.print(f"per-turn results: {report.output}", highlight=False)
+    if report.plot:
+        console.print(f"plot: {report.plot}", highlight=False)
 
-    if report["sweep"]:
-        sweep = report["sweep"]
-        table = Table(
-            title=f"gamma sweep of {report['estimators'][0]['label']}\n"
-            "R: mean return, A: mean advantage, per turn index",
-            title_justify="left",
-        )
-        table.add_column("turn", justify="right")
-        table.add_column("count", justify="right")
-        for entry in sweep:
-            gamma = entry["returns"]["gamma"]
-            table.add_column(f"R γ={gamma:g}", justify="right")
-            table.add_column(f"A γ={gamma:g}", justify="right")
-        for t, row in enumerate(sweep[0]["turns"]):
-            cells = []
-            for entry in sweep:
-                cells += [number(entry["turns"][t]["mean_return"]), number(entry["turns"][t]["advantage_mean"], "+")]
-            table.add_row(str(t), f"{row['count']:,}", *cells)
-        console.print(table)
-    if report["output"]:
-        console.print(f"per-turn results: {report['output']}", highlight=False)
-    if report["plot"]:
-        console.print(f"plot: {report['plot']}", highlight=False)
+
+def _render_counts(console: Any, report: Report) -> None:
+    """What was read, scored, left out and skipped."""
+    counts, groups = report.counts, report.groups
+    console.print(
+        f"[bold]read[/] {len(report.files)} file(s): {counts.lines:,} lines"
+        f" ({counts.blank_lines:,} blank), {counts.episodes:,} episodes, {counts.traces:,} traces"
+    )
+    by = ", ".join(f"{field} {n:,}" for field, n in groups.by.items())
+    sizes = ", ".join(f"{n:,}×{size}" for size, n in sorted(groups.sizes.items()))
+    console.print(
+        f"[bold]scored[/] {counts.trajectories:,} trajectories, {counts.turns:,} turns,"
+        f" in {groups.count:,} groups (by {by or '-'}; sizes {sizes or '-'})"
+    )
+    if groups.singleton:
+        console.print(f"  {groups.singleton:,} singleton groups: nothing to compare, advantage 0")
+    excluded = []
+    if counts.not_trainable:
+        excluded.append(f"{counts.not_trainable:,} traces of untrainable agents")
+    if counts.errored:
+        excluded.append(f"{counts.errored:,} errored traces (left out of their groups, as score_group does)")
+    if excluded:
+        console.print("  " + "; ".join(excluded))
+    skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report.skipped.items() if n]
+    if skipped:
+        console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
+        for problem in report.problems:
+            console.print(f"  [yellow]{problem}[/]", markup=False, highlight=False)
+        total = sum(report.skipped.values())
+        if total > len(report.problems):
+            console.print(f"  ... and {total - len(report.problems):,} more")
+
+
+def _sweep_table(label: str, sweep: Sequence[ConfigSummary]) -> Any:
+    """Mean return and mean advantage per turn index, one pair of columns per gamma."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"gamma sweep of {label}\nR: mean return, A: mean advantage, per turn index", title_justify="left"
+    )
+    table.add_column("turn", justify="right")
+    table.add_column("count", justify="right")
+    for entry in sweep:
+        gamma = entry.config["gamma"]
+        table.add_column(f"R γ={gamma:g}", justify="right")
+        table.add_column(f"A γ={gamma:g}", justify="right")
+    rows = [entry.turns.rows() for entry in sweep]
+    for t, row in enumerate(rows[0]):
+        cells = []
+        for turns in rows:
+            cells += [number(turns[t]["mean_return"]), number(turns[t]["advantage_mean"], "+")]
+        table.add_row(str(t), f"{row['count']:,}", *cells)
+    return table
 
 
 _CREDIT_COLUMNS = (
@@ -158,7 +249,7 @@ _CREDIT_COLUMNS = (
 """Each config's per-turn columns: header, row key, sign format."""
 
 
-def _credit_tables(console: Any, entries: list[dict[str, Any]], tokens: bool) -> tuple[list[Any], int]:
+def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool) -> tuple[list[Any], int]:
     """The per-turn tables, and the width one table of every statistic needs: that one table
     where the console is wide enough, else the statistics in order over as few tables as fit
     (rich would cut numbers short to fit one), so each statistic of ``--compare``'s two configs
@@ -181,7 +272,7 @@ def _credit_tables(console: Any, entries: list[dict[str, Any]], tokens: bool) ->
 
 
 def _credit_table(
-    entries: list[dict[str, Any]], tokens: bool, columns: Sequence[tuple[str, str, str]], first: bool
+    entries: Sequence[ConfigSummary], tokens: bool, columns: Sequence[tuple[str, str, str]], first: bool
 ) -> Any:
     """The per-turn table of ``columns`` for the main config, or for it and ``--compare``'s side
     by side: each statistic's column for the main config beside the compared one's, so a turn
@@ -189,18 +280,14 @@ def _credit_table(
     configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
     from rich.table import Table
 
-    def returns(entry: dict[str, Any]) -> str:
-        spec = entry["returns"]
-        return (
-            f"returns: γ={spec['gamma']:g}, {spec['aggregation']};"
-            f" {entry['zero_advantage_groups']:,} groups with all advantages 0"
-        )
+    def zeros(entry: ConfigSummary) -> str:
+        return f"{entry.zero_advantage_groups:,} groups with all advantages 0"
 
     if len(entries) == 1:
-        tags, title = [""], f"{entries[0]['label']}\n{returns(entries[0])}"
+        tags, title = [""], f"{entries[0].label}\n{zeros(entries[0])}"
     else:
         tags = ["\nmain", "\ncompare"]
-        title = "\n".join(f"{tag.strip()}: {e['label']}\n  {returns(e)}" for tag, e in zip(tags, entries))
+        title = "\n".join(f"{tag.strip()}: {e.label}\n  {zeros(e)}" for tag, e in zip(tags, entries))
     table = Table(title=title if first else None, title_justify="left")
     shared = ("turn", "count", *(("tokens",) if tokens else ()), "mean reward") if first else ("turn",)
     for name in shared:
@@ -208,36 +295,41 @@ def _credit_table(
     for header, _, _ in columns:
         for tag in tags:
             table.add_column(header + tag, justify="right")
-    for t, row in enumerate(entries[0]["turns"]):  # count, tokens and reward do not depend on the config
+    rows = [entry.turns.rows() for entry in entries]
+    for t, row in enumerate(rows[0]):  # count, tokens and reward do not depend on the config
         cells = [str(row["turn"]), f"{row['count']:,}", *((f"{row['mean_tokens']:.1f}",) if tokens else ())]
         table.add_row(
             *(cells + [number(row["mean_reward"])] if first else cells[:1]),
-            *(number(e["turns"][t][key], sign) for _, key, sign in columns for e in entries),
+            *(number(turns[t][key], sign) for _, key, sign in columns for turns in rows),
         )
     return table
 
 
-def number(value: float, sign: str = "") -> str:
-    """Four decimals, as in the tables; a value that rounds to zero prints as 0, never -0."""
-    return f"{round(value, 4) + 0.0:{sign}.4f}"
+def number(value: float | None, sign: str = "") -> str:
+    """Four decimals, as in the tables; a value that rounds to zero prints as 0, never -0; "-"
+    for none (the mean return of an estimator not built on returns)."""
+    return "-" if value is None else f"{round(value, 4) + 0.0:{sign}.4f}"
 
 
-def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, credits: list[Credit]) -> None:
+def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, configs: Sequence[Config]) -> None:
     """Write the per-turn JSONL file (format in the module docstring).
 
     Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
     is written without a Python float per turn of the whole run in memory.
     """
     batch = grouped.batch
-    per_turn = [("reward", batch.rewards), ("tokens", grouped.tokens)]
-    for prefix, credit in zip(("", "compare_"), credits):
-        per_turn += [(prefix + "return", credit.returns), (prefix + "advantage", credit.advantages)]
+    per_turn: list[tuple[str, np.ndarray | None]] = [("reward", batch.rewards), ("tokens", grouped.tokens)]
+    for prefix, config in zip(("", "compare_"), configs):
+        per_turn += [(prefix + "return", config.estimate.returns), (prefix + "advantage", config.estimate.advantages)]
     ends = batch.trajectory_ends
     with path.open("w", encoding="utf-8") as f:
         for lo in range(0, batch.n_trajectories, _CHUNK):
             hi = min(lo + _CHUNK, batch.n_trajectories)
             first = int(ends[lo] - batch.lengths[lo])
-            columns = [(name, values[first : ends[hi - 1]].tolist()) for name, values in per_turn]
+            columns = [
+                (name, [None] * (ends[hi - 1] - first) if values is None else values[first : ends[hi - 1]].tolist())
+                for name, values in per_turn
+            ]
             turn = 0
             for j in range(lo, hi):
                 source = int(grouped.order[j])
@@ -258,9 +350,13 @@ def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, credits:
                 )[:-1]
                 for t in range(length):
                     # Numbers are finite floats and ints: repr() is exactly what json writes.
-                    values = "".join(f', "{name}": {column[turn]!r}' for name, column in columns)
+                    values = "".join(f', "{name}": {_json(column[turn])}' for name, column in columns)
                     f.write(f'{head}, "turn": {t}, "turns": {length}{values}}}\n')
                     turn += 1
+
+
+def _json(value: float | int | None) -> str:
+    return "null" if value is None else repr(value)
 
 
 _CHUNK = 4096

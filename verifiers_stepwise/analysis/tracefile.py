@@ -35,7 +35,7 @@ trace reward on its last turn (``missing="final_turn"``, the default) or is bad 
 
 Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
 no group identity, a mixed group, a trace without per-turn rewards under ``missing="error"``,
-or a trace whose turns are invalid (``turns.read_turns`` raises ``TurnSchemaError``: counts
+or a trace whose turns are invalid (``turns.read_turns`` raises ``TraceError``: counts
 that disagree with its nodes, a reward that is not a finite number). It raises :class:`BadInput`, or
 with ``skip_bad`` is skipped and counted by kind (a bad line or episode skips that episode, a
 bad trace only that trace). Every line and trace is accounted for: scored, excluded
@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verifiers_stepwise.errors import TraceError
-from verifiers_stepwise.traces.turns import TurnSchemaError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -338,7 +337,7 @@ class _Reader:
             )
             self.problem("no_turn_rewards", here, f"{_name(trace, position)} {message}")
             return
-        except TurnSchemaError as e:
+        except TraceError as e:
             self.problem("bad_turns", here, f"{_name(trace, position)}: {e}")
             return
         group = self.group_index.setdefault(key, len(self.group_index))

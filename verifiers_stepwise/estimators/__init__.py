@@ -15,16 +15,11 @@ harness) → ``hosts`` (trainer adapters) → ``analysis`` (the ``vf-stepwise`` 
     registry    discovery by name through the ``verifiers.advantage_estimators`` entry points
 """
 
-from verifiers_stepwise.estimators.base import (
-    ConfigError,
-    Estimator,
-    EstimatorConfig,
-    zero_advantage_groups,
-)
+from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig, zero_advantage_groups
 from verifiers_stepwise.estimators.baselines import Baseline, Scale
 from verifiers_stepwise.estimators.gigpo import GiGPO, GiGPOConfig
 from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
-from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Aggregation, discounted_returns, ragged_discounted_returns
 from verifiers_stepwise.estimators.stepwise import Stepwise, StepwiseConfig
 from verifiers_stepwise.estimators.turn_credit import TurnCredit, TurnCreditConfig
@@ -33,14 +28,12 @@ __all__ = [
     "GRPO",
     "Aggregation",
     "Baseline",
-    "ConfigError",
     "Estimator",
     "EstimatorConfig",
     "GRPOConfig",
     "GiGPO",
     "GiGPOConfig",
     "RaggedBatch",
-    "RewardError",
     "Scale",
     "Stepwise",
     "StepwiseConfig",

@@ -28,7 +28,6 @@ from verifiers_stepwise.estimators.baselines import Scale
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 
 __all__ = [
-    "ConfigError",
     "Estimate",
     "Estimator",
     "EstimatorConfig",
@@ -110,6 +109,6 @@ def describe_validation_error(owner: str, error: ValidationError) -> str:
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "config"
         got = f" (got {item['input']!r})" if item["type"] != "extra_forbidden" else ""
-        message = "unknown field" if item["type"] == "extra_forbidden" else item["msg"]
+        message = "unknown field" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, ")
         problems.append(f"field {where!r}: {message}{got}")
     return f"{owner} config: " + "; ".join(problems)

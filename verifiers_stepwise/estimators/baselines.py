@@ -38,18 +38,17 @@ rounding (a few ulp of max|X| / std(X)); groups never affect each other.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 import numpy as np
 
-from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.errors import RewardError
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 
-__all__ = ["BASELINES", "Baseline", "SCALES", "Scale", "baseline_advantages", "normalize_segments"]
+__all__ = ["Baseline", "Scale", "baseline_advantages", "normalize_segments"]
 
 Baseline = Literal["pooled", "per_turn", "absorbing", "leave_one_out", "trajectory"]
 Scale = Literal["std", "none"]
-BASELINES: tuple[str, ...] = get_args(Baseline)
-SCALES: tuple[str, ...] = get_args(Scale)
 
 
 def normalize_segments(

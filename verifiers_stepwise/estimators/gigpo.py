@@ -22,16 +22,17 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from verifiers_stepwise.errors import RewardError
 from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
 from verifiers_stepwise.estimators.baselines import Scale, baseline_advantages, normalize_segments
-from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
-from verifiers_stepwise.estimators.returns import ragged_discounted_returns
+from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.estimators.returns import Gamma, ragged_discounted_returns
 
 __all__ = ["GiGPO", "GiGPOConfig", "anchor_state_advantages"]
 
 
 class GiGPOConfig(EstimatorConfig):
-    gamma: float = Field(0.95, ge=0.0, le=1.0, allow_inf_nan=False)
+    gamma: Gamma = 0.95
     """Discount γ of the step returns (the paper's 0.95); the episode score is undiscounted."""
     omega: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """Weight ω of the step advantage (the paper's 1); 0 is exactly ``grpo``."""

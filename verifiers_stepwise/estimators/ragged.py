@@ -24,7 +24,7 @@ import numpy as np
 
 from verifiers_stepwise.errors import RewardError
 
-__all__ = ["RaggedBatch", "RewardError"]
+__all__ = ["RaggedBatch"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,28 +25,35 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import numpy as np
+from pydantic import AfterValidator
 
-from verifiers_stepwise.estimators.ragged import RaggedBatch, RewardError
+from verifiers_stepwise.errors import ConfigError, RewardError
+from verifiers_stepwise.estimators.ragged import RaggedBatch
 
-__all__ = ["AGGREGATIONS", "Aggregation", "check_gamma", "discounted_returns", "ragged_discounted_returns"]
+__all__ = ["Aggregation", "Gamma", "check_gamma", "discounted_returns", "ragged_discounted_returns"]
 
 Aggregation = Literal["sum", "max", "mean"]
-AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+_AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 
 def check_gamma(gamma: float) -> float:
-    """Discounts live in [0, 1]; anything else, NaN included, is a configuration error."""
+    """Discounts live in [0, 1]; anything else, NaN included, is a configuration error (the one
+    rule for γ: these functions and every estimator config, through ``Gamma``)."""
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0.0 <= gamma <= 1.0:
-        raise RewardError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        raise ConfigError(f"gamma must be a number in [0, 1], got {gamma!r}")
     return float(gamma)
 
 
-def check_aggregation(aggregation: str) -> Aggregation:
-    if aggregation not in AGGREGATIONS:
-        raise RewardError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+Gamma = Annotated[float, AfterValidator(check_gamma)]
+"""An estimator config's γ field, checked by ``check_gamma``."""
+
+
+def _check_aggregation(aggregation: str) -> Aggregation:
+    if aggregation not in _AGGREGATIONS:
+        raise ConfigError(f"aggregation must be one of {_AGGREGATIONS}, got {aggregation!r}")
     return aggregation  # type: ignore[return-value]
 
 
@@ -80,7 +87,7 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
       (n_turns,) float64, R_t in the same flat layout as ``batch.rewards``.
     """
     gamma = check_gamma(gamma)
-    use_max = check_aggregation(aggregation) == "max"
+    use_max = _check_aggregation(aggregation) == "max"
     returns = batch.rewards.copy()  # R_T = r_T; earlier turns hold r_t until their step
     if batch.n_trajectories:
         by_length = np.argsort(-batch.lengths, kind="stable")

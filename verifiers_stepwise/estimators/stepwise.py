@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field
 
 from verifiers_stepwise.estimators.base import Estimate, Estimator, EstimatorConfig
 from verifiers_stepwise.estimators.baselines import Baseline, Scale, baseline_advantages
 from verifiers_stepwise.estimators.ragged import RaggedBatch
-from verifiers_stepwise.estimators.returns import Aggregation, ragged_discounted_returns
+from verifiers_stepwise.estimators.returns import Aggregation, Gamma, ragged_discounted_returns
 
 __all__ = ["Stepwise", "StepwiseConfig"]
 
@@ -17,7 +16,7 @@ class StepwiseConfig(EstimatorConfig):
     scale: Scale = "none"
     """"none": mean-centering only (the default: with the absorbing baseline it keeps the
     expected update a multiple of the true gradient); "std": divide by population std + eps."""
-    gamma: float = Field(1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    gamma: Gamma = 1.0
     """Discount γ between turns (1, the default, is the undiscounted objective; Kevin uses 0.4)."""
     aggregation: Aggregation = "sum"
     """"sum": discounted reward-to-go; "max": best discounted future turn reward; "mean":

@@ -12,13 +12,13 @@ from pydantic import Field
 from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
 from verifiers_stepwise.estimators.baselines import baseline_advantages
 from verifiers_stepwise.estimators.ragged import RaggedBatch
-from verifiers_stepwise.estimators.returns import ragged_discounted_returns
+from verifiers_stepwise.estimators.returns import Gamma, ragged_discounted_returns
 
 __all__ = ["TurnCredit", "TurnCreditConfig"]
 
 
 class TurnCreditConfig(EstimatorConfig):
-    gamma: float = Field(0.9, ge=0.0, le=1.0, allow_inf_nan=False)
+    gamma: Gamma = 0.9
     """Discount γ of the per-turn returns that rank turns (prime-rl's turn_credit uses 0.9)."""
     beta: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """Weight β of the redistribution; 0 is exactly ``grpo``."""

@@ -11,27 +11,23 @@
 ``token_endpoint`` is the token-level ``/inference/v1/generate`` protocol verifiers' train
 client talks to, with the generator injected (the TRL host's batching endpoint speaks it too).
 
-Each adapter only translates shapes: host rollouts → per-turn rewards ``groups[g][j][t]`` →
-an estimator picked by its registered name (so any installed estimator works on every host),
-configured by an ``options`` mapping that the estimator's own config validates →
-per-turn advantages written where that host's loss reads them. May import every layer but
-``analysis``. Nothing in this package imports a host at import time; each host module imports
-its host when it is imported itself.
+Each adapter is a seam: host config → an estimator picked by its registered name (so any
+installed estimator works on every host), configured by an ``options`` mapping that the
+estimator's own config validates (``estimator_from``) → one credit record per trajectory
+(``traces.credit.score_group`` or ``credit_group``) → the record laid out where that host's loss
+reads it (``traces.credit.lay_out``). May import every layer below it (``analysis`` draws the
+TRL command's reward curve). Nothing in this package imports a host at import time; each host
+module imports its host when it is imported itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators import Estimator
 
-__all__ = ["OPTIONS_DOC", "estimator_from", "options_json", "score_turns"]
-
-OPTIONS_DOC = "Fields of the estimator's own config (e.g. gamma, baseline), validated by it; unset keeps its defaults."
-"""What every host config says of its ``options`` (the fields themselves live in one place:
-the estimator's ``Config``)."""
+__all__ = ["estimator_from"]
 
 
 def estimator_from(config: Any) -> Estimator:
@@ -41,28 +37,3 @@ def estimator_from(config: Any) -> Estimator:
     from verifiers_stepwise.estimators.registry import get_estimator
 
     return get_estimator(config.estimator, **config.options)
-
-
-def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
-    """The estimator options a command line gives as one JSON object (``'{"gamma": 0.9}'``), the
-    spelling of the TRL host's and ``vf-stepwise``'s ``--options``; ConfigError naming ``flag``
-    when it is not JSON or not an object. The fields are validated by the estimator's config."""
-    import json
-
-    from verifiers_stepwise.errors import ConfigError
-
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{flag}: not JSON ({error}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: must be a JSON object, got {text!r}")
-    return value
-
-
-def score_turns(estimator: Estimator, groups: Sequence[Sequence[Sequence[float]]]) -> list[list[list[float]]]:
-    """Per-turn advantages ``[g][j][t]`` of per-turn rewards ``groups[g][j][t]``, all groups at once."""
-    from verifiers_stepwise.estimators.ragged import RaggedBatch
-
-    batch = RaggedBatch.from_groups(groups)
-    return batch.split(estimator.batched(batch))

@@ -7,11 +7,11 @@ prime-rl's GRPO that a run-wide check reads were read from prime-rl 065a864's
 
 Shapes translated: prime-rl hands an algorithm one group of verifiers v1 episodes
 (``Algorithm.score_group(episodes)``) and trains on ``node.advantages`` (one value per sampled
-token of each sampled node), so the algorithm is one call to ``credit.score_group``:
+token of each sampled node), so the algorithm is ``credit.score_group`` and ``write_credit``:
 
     trace.info["turn_rewards"] (and "turn_nodes")          per-turn rewards of each trace
-      → the estimator registered under ``estimator``       per-turn advantages
-      → node.advantages = [A_t] * sampled tokens           on turn t's sampled nodes only
+      → score_group: the estimator under ``estimator``     one credit record per trace
+      → write_credit: node.advantages = [A_t] * sampled    on turn t's sampled nodes only
 
 A trace without ``turn_rewards`` is scored with its trace reward as a final-turn reward
 (``missing = "final_turn"``: every sampled node is a turn, earlier ones with reward 0), so a
@@ -59,13 +59,14 @@ import numpy as np
 import verifiers.v1 as vf
 from pydantic import BaseModel, Field, model_validator
 
+from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.traces.credit import Missing, score_group
-from verifiers_stepwise.traces.turns import TURN_NODES, TURN_REWARDS, Reading, TurnSchemaError
+from verifiers_stepwise.traces.credit import Missing, score_group, write_credit
+from verifiers_stepwise.traces.turns import TURN_NODES, TURN_REWARDS, Reading
 
 # prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
 with requires(
@@ -140,7 +141,11 @@ class StepwiseAlgorithm(Algorithm):
     async def score_group(self, episodes: list[vf.Episode]) -> None:
         if self.reading is None:
             _refuse_unmarked_turn_rewards(episodes)
-        score_group(episodes, self.estimator, missing=self.missing, reading=self.reading or "rewards")
+        records = score_group(episodes, self.estimator, missing=self.missing, reading=self.reading or "rewards")
+        for episode in episodes:
+            for trace in episode.traces:
+                if trace.id in records:
+                    write_credit(trace, records[trace.id])
 
 
 def _refuse_unmarked_turn_rewards(episodes: list[vf.Episode]) -> None:
@@ -149,7 +154,7 @@ def _refuse_unmarked_turn_rewards(episodes: list[vf.Episode]) -> None:
         for trace in episode.traces:
             info = trace.info or {}
             if TURN_REWARDS in info and TURN_NODES not in info:
-                raise TurnSchemaError(
+                raise TraceError(
                     f"trace {trace.id}: {TURN_REWARDS} without {TURN_NODES}, the layout of prime-rl PR "
                     f"#3282 (one state score per sampled turn), which this package reads differently; set "
                     f'[orchestrator.algo] reading = "scores" to read them as scores (by differences) or '

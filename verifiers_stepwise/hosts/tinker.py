@@ -8,7 +8,7 @@ Shapes translated (checked against tinker-cookbook 0.6.1 and tinker 0.38.0 from 
       → A_{j,t} from the estimator picked by its registered name, in one credit record per
         trajectory (``traces.credit.Credit``, made once per group by ``group_credit`` and kept
         on the group: the filters, ``compute_advantages`` and the datums all read it)
-      → ``Datum.loss_fn_inputs["advantages"]``: A_{j,t} on transition t's action tokens,
+      → ``Datum.loss_fn_inputs["advantages"]``: A_{j,t} on transition t's action tokens (``lay_out``),
         0 on observation tokens and on parse-error-masked transitions, exactly where tinker
         puts its one trajectory advantage (tinker builds the datums; only values change).
 
@@ -40,7 +40,7 @@ from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.traces.credit import Credit, credit_group
+from verifiers_stepwise.traces.credit import Credit, credit_group, lay_out
 
 # What tinker_cookbook.rl imports; tinker-cookbook itself needs --no-deps (see pyproject's extra).
 with requires(
@@ -136,11 +136,11 @@ def _trajectory_to_data(
     # those tokens appear transition by transition, so turn t's run of them gets A_t.
     data = data_processing.trajectory_to_data(trajectory, 1.0, include_provenance=include_provenance)
     credited = [
-        (a, len(transition.ac.tokens))
-        for a, transition in zip(per_turn, trajectory.transitions)
+        (t, len(transition.ac.tokens))
+        for t, transition in enumerate(trajectory.transitions)
         if float(transition.metrics.get(PARSE_ERROR_MASKED_METRIC_KEY, 0.0)) < 1.0
     ]
-    values = np.repeat([a for a, _ in credited], [n for _, n in credited]).astype(np.float32)
+    values = np.array(lay_out(per_turn, credited), dtype=np.float32)
     out, used = [], 0
     for datum in data:
         layout = datum.loss_fn_inputs["advantages"].to_numpy()

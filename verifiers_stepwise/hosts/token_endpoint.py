@@ -21,7 +21,7 @@ on the trace. Two servers use it:
 
 - :class:`TokenEndpoint` here: in the running event loop, each request awaited on its own
   (torchtitan's async generator, ``hosts.torchtitan.verifiers``; HTTP 503 on failure);
-- ``hosts.trl.endpoint.BatchingTokenEndpoint``: its own thread, the waiting requests batched for a
+- ``hosts.trl.inference.endpoint.BatchingTokenEndpoint``: its own thread, the waiting requests batched for a
   local model (TRL; HTTP 500 on failure).
 """
 
@@ -96,6 +96,19 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise ValueError("sampling_params must be a JSON object")
+    headers = headers or {}
+    return GenerateRequest(
+        prompt_ids=ids,
+        **_sampling(params),
+        sampling=params,
+        model=str(body.get("model", "")),
+        session_id=headers.get(SESSION_HEADER),
+        headers=headers,
+    )
+
+
+def _sampling(params: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields of ``GenerateRequest`` from ``sampling_params``, each checked."""
     max_tokens = params.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
@@ -106,19 +119,13 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
     if not 0 < top_p <= 1:
         raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
     seed = params.get("seed")
-    headers = headers or {}
-    return GenerateRequest(
-        prompt_ids=ids,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
-        seed=int(seed) if seed is not None else None,
-        sampling=params,
-        model=str(body.get("model", "")),
-        session_id=headers.get(SESSION_HEADER),
-        headers=headers,
-    )
+    return {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "stop_token_ids": tuple(int(t) for t in params.get("stop_token_ids") or ()),
+        "seed": int(seed) if seed is not None else None,
+    }
 
 
 def generate_routes(

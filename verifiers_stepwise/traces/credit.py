@@ -1,17 +1,15 @@
 """Stepwise credit for one group of verifiers v1 episodes (all rollouts of one prompt).
 
-    score_group(episodes, estimator) -> one Credit per trace (None for an untrainable one)
+    score_group(episodes, estimator) -> {trace id: Credit}     the group's records
+    write_credit(trace, credit)                                 the record kept on the trace
+    lay_out(credit.advantages, runs) -> per-token advantages    the record on a token stream
 
-reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``) and, when recorded,
-each turn's anchor state (``turn_states``, which ``gigpo`` reads), runs the estimator on the
-group, and places turn t's advantage on turn t's sampled tokens (``node.advantages``). What it
-decided is one record per trace, ``Credit``, kept once on the trace as
-``trace.info["stepwise_credit"]`` (serialized with it, so ``traces.jsonl`` carries it; read
-back with ``read_credit``). Hosts, metrics and the tests lay this record out; none of them
-reads the turns again. For eval-client traces, which carry no tokens, it is the only place the
-credit shows. The record, version 2:
+``score_group`` reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``) and,
+when recorded, each turn's anchor state (``turn_states``, which ``gigpo`` reads), and runs the
+estimator on the group (``credit_group``, the one place a record is made). What it decided is
+one record per trainable trace, ``Credit``; hosts lay that record out on their own tokens and
+never read the turns again:
 
-    version     2
     estimator   the name the estimator was looked up by (or its class name)
     reading     how the turns were read: "rewards" (``turn_rewards``), "scores" (``turn_scores``,
                 or ``turn_rewards`` read as scores) or "final_turn" (neither: ``missing``)
@@ -20,41 +18,42 @@ credit shows. The record, version 2:
     advantages  A_t, one per turn; [] when excluded
     excluded    why the trace was left out of its group, or None
 
-Version 1 (before 0.4, under the key ``"turn_credit"``): ``{"estimator", "rewards",
-"advantages"}`` or ``{"estimator", "excluded"}``, and on prime-rl also ``"turn_rewards"``
-naming the reading; ``read_credit`` reads it as a ``Credit`` with ``version`` 1 and what it
-did not record (nodes, returns, maybe the reading) None.
+A host that trains on the trace's nodes (prime-rl) keeps each record on its trace with
+``write_credit``: turn t's A_t on every sampled token of turn t's nodes (``node.advantages``)
+and the record as ``trace.info["stepwise_credit"]`` (serialized with the trace, so
+``traces.jsonl`` carries it; ``read_credit`` reads it back). A host with a token stream of its
+own (TRL's completion, tinker's datums, torchtitan's samples) cuts the stream into runs of one
+turn's tokens and calls ``lay_out``.
 
 Which traces form the group: trainable traces (``trace.agent.trainable``) of episodes and
 traces that completed without error. Errored traces — ``trace.ok`` False, or an episode whose
 ``ok`` is False (its env hook raised or its deadline expired) — are excluded: they get no
-advantages (``node.advantages`` stays None, which verifiers reads as "never scored") and do
-not enter the baseline, and their record says why. The reason: a model-server fault or crash
-cuts the trajectory short for reasons the policy did not choose; its missing later turns would
-bias every discounted return it holds, and learning from it would teach the policy about
-infrastructure. The turn rewards it earned stay on the trace and in its record. A stop the
-policy caused (a turn or token limit, an agent timeout) is not an error: such traces are scored.
+advantages (``write_credit`` leaves ``node.advantages`` None, which verifiers reads as "never
+scored") and do not enter the baseline, and their record says why. The reason: a model-server
+fault or crash cuts the trajectory short for reasons the policy did not choose; its missing
+later turns would bias every discounted return it holds, and learning from it would teach the
+policy about infrastructure. The turn rewards it earned stay in its record. A stop the policy
+caused (a turn or token limit, an agent timeout) is not an error: such traces are scored.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from verifiers_stepwise.errors import ConfigError, TraceError
+import numpy as np
+
+from verifiers_stepwise.errors import ConfigError, RewardError, TraceError
 from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.traces.turns import (
     TURN_SCORES,
     Reading,
     TraceTurns,
-    TurnSchemaError,
-    deprecated_reading,
-    place_advantages,
     read_turn_states,
     read_turns,
     sampled_nodes,
@@ -65,79 +64,44 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CREDIT",
-    "CREDIT_VERSION",
     "Credit",
     "Missing",
     "MissingTurnRewards",
-    "Source",
+    "checked_estimate",
     "credit_group",
     "exclusion_reason",
+    "lay_out",
     "read_credit",
     "score_group",
     "scored_turns",
+    "write_credit",
 ]
 
 CREDIT = "stepwise_credit"
 """The ``trace.info`` key of a trace's credit record."""
-CREDIT_VERSION = 2
-_CREDIT_V1 = "turn_credit"  # version 1's key
 
 Missing = Literal["final_turn", "error"]
-Source = Literal["rewards", "scores", "final_turn"]
-"""Where a trace's turn rewards came from (a credit record's ``reading``)."""
 
 
-class MissingTurnRewards(TurnSchemaError):
+class MissingTurnRewards(TraceError):
     """A trace records no per-turn rewards and ``missing="error"`` was asked for."""
 
 
 @dataclass(frozen=True, slots=True)
 class Credit:
-    """One trace's credit as ``score_group`` made it (module docstring: the fields)."""
+    """One trajectory's credit as ``credit_group`` made it (module docstring: the fields)."""
 
     estimator: str
-    reading: Source | None
+    reading: Reading | Literal["final_turn"] | None
     rewards: list[float]
     nodes: list[list[int]] | None
     advantages: list[float]
     returns: list[float] | None = None
     excluded: str | None = None
-    version: int = CREDIT_VERSION
 
-    def to_info(self) -> dict[str, Any]:
-        """The record as ``trace.info`` keeps it (plain JSON types; the lists are shared, not
-        copied — trainers write one per trace per step — so treat both as read-only)."""
-        return {name: getattr(self, name) for name in self.__slots__}
-
-
-def read_credit(trace: Trace) -> Credit | None:
-    """The credit record on ``trace`` (version 2, or version 1 under its old key), or None when
-    it was never scored. Raises TraceError when the record is not one ``score_group`` writes."""
-    info = trace.info or {}
-    raw = info.get(CREDIT)
-    if raw is None:
-        old = info.get(_CREDIT_V1)
-        return None if old is None else _version_1(trace, old)
-    try:
-        if raw.get("version") != CREDIT_VERSION:
-            raise TypeError(f"version {raw.get('version')!r}, this package writes {CREDIT_VERSION}")
-        return Credit(**raw)
-    except (AttributeError, TypeError) as error:
-        raise TraceError(f"trace {trace.id}: trace.info[{CREDIT!r}] is not a credit record: {error}") from None
-
-
-def _version_1(trace: Trace, raw: Any) -> Credit:
-    if not isinstance(raw, Mapping) or "estimator" not in raw:
-        raise TraceError(f"trace {trace.id}: trace.info[{_CREDIT_V1!r}] is not a version 1 credit record")
-    return Credit(
-        estimator=raw["estimator"],
-        reading=raw.get("turn_rewards"),
-        rewards=list(raw.get("rewards", [])),
-        nodes=None,
-        advantages=list(raw.get("advantages", [])),
-        excluded=raw.get("excluded"),
-        version=1,
-    )
+    def node_turns(self) -> dict[int, int]:
+        """The turn t holding each sampled node of the trace (empty without ``nodes``)."""
+        return {i: t for t, held in enumerate(self.nodes or ()) for i in held}
 
 
 def score_group(
@@ -146,10 +110,8 @@ def score_group(
     *,
     missing: Missing = "final_turn",
     reading: Reading = "rewards",
-    turn_rewards: Reading | None = None,
-) -> list[Credit | None]:
-    """Credit every turn of a group's trainable, error-free traces: advantages on their nodes,
-    and each trainable trace's record on ``trace.info["stepwise_credit"]``.
+) -> dict[str, Credit]:
+    """The credit records of a group's trainable traces, by trace id.
 
     Args:
       episodes: the episodes of one group (one prompt, all its rollouts).
@@ -161,13 +123,12 @@ def score_group(
       reading: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
         ``None`` rejected) or "scores" (per-turn scores φ_t, ``None`` = unscored, credited by
         differences as prime-rl PR #3282 reads the key; see ``traces.turns``).
-      turn_rewards: the old name of ``reading`` (deprecated).
 
     Returns:
-      One record per trace, in episode order then trace order; None for an untrainable trace.
-      An excluded trace's record has no advantages and says why in ``excluded``.
+      One record per trainable trace, in episode then trace order; an excluded trace's record
+      has no advantages and says why in ``excluded``. Nothing is written on the traces
+      (``write_credit`` does that).
     """
-    reading = deprecated_reading(reading, turn_rewards, "score_group")
     if missing not in ("final_turn", "error"):
         raise ConfigError(f"missing must be 'final_turn' or 'error', got {missing!r}")
     if isinstance(estimator, str):
@@ -175,32 +136,39 @@ def score_group(
     elif not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")
     label = estimator.name or type(estimator).__name__
-    # One pass over the traces: each is untrainable (None), excluded (its record now) or scored.
-    records: list[Credit | None] = []
-    group: list[tuple[int, Trace, TraceTurns, Source]] = []
+    order, records, scored = _sort_traces(episodes, label, missing, reading)
+    if scored:
+        made = credit_group(
+            [turns.rewards for _, turns, _ in scored],
+            estimator,
+            label=label,
+            readings=[how for *_, how in scored],
+            nodes=[turns.nodes for _, turns, _ in scored],
+            states=[read_turn_states(trace, len(turns.rewards)) for trace, turns, _ in scored],
+        )
+        records.update((trace.id, credit) for (trace, _, _), credit in zip(scored, made))
+    return {trace_id: records[trace_id] for trace_id in order}
+
+
+def _sort_traces(
+    episodes: Sequence[Episode], label: str, missing: Missing, reading: Reading
+) -> tuple[list[str], dict[str, Credit], list[tuple[Trace, TraceTurns, Reading | Literal["final_turn"]]]]:
+    """The group's trainable traces in order, the records of those it excludes, and the turns
+    of those it scores."""
+    order: list[str] = []
+    excluded: dict[str, Credit] = {}
+    scored: list[tuple[Trace, TraceTurns, Reading | Literal["final_turn"]]] = []
     for episode in episodes:
         for trace in episode.traces:
             if not trace.agent.trainable:
-                records.append(None)
-            elif (reason := exclusion_reason(episode, trace)) is not None:
-                records.append(_record(trace, _excluded(trace, label, reason, reading)))
+                continue
+            order.append(trace.id)
+            reason = exclusion_reason(episode, trace)
+            if reason is None:
+                scored.append((trace, *scored_turns(trace, missing, reading)))
             else:
-                group.append((len(records), trace, *scored_turns(trace, missing, reading)))
-                records.append(None)
-    if not group:
-        return records
-    made = credit_group(
-        [turns.rewards for _, _, turns, _ in group],
-        estimator,
-        label=label,
-        readings=[source for *_, source in group],
-        nodes=[turns.nodes for _, _, turns, _ in group],
-        states=[read_turn_states(trace, len(turns.rewards)) for _, trace, turns, _ in group],
-    )
-    for (k, trace, turns, _), credit in zip(group, made):
-        place_advantages(trace, turns, credit.advantages)
-        records[k] = _record(trace, credit)
-    return records
+                excluded[trace.id] = _excluded(trace, label, reason, reading)
+    return order, excluded, scored
 
 
 def credit_group(
@@ -208,7 +176,7 @@ def credit_group(
     estimator: Estimator,
     *,
     label: str | None = None,
-    readings: Sequence[Source | None] | None = None,
+    readings: Sequence[Reading | Literal["final_turn"] | None] | None = None,
     nodes: Sequence[list[list[int]] | None] | None = None,
     states: Sequence[Sequence[Any] | None] | None = None,
 ) -> list[Credit]:
@@ -232,34 +200,86 @@ def credit_group(
     if states is not None and any(row is not None for row in states):
         anchored = [[[None] * len(r) if row is None else row for row, r in zip(states, rewards, strict=True)]]
     batch = RaggedBatch.from_groups([rewards], anchored)
-    estimate = estimator.estimate(batch)
+    estimate = checked_estimate(estimator, batch, label)
     (advantages,) = batch.split(estimate.advantages)
     returns = batch.split(estimate.returns)[0] if estimate.returns is not None else [None] * len(rewards)
-    readings = readings or ["rewards"] * len(rewards)
-    nodes = nodes or [None] * len(rewards)
     return [
-        Credit(label, source, turn_rewards, turn_nodes, values, turn_returns)
-        for turn_rewards, source, turn_nodes, values, turn_returns in zip(
-            rewards, readings, nodes, advantages, returns, strict=True
+        Credit(label, how, turn_rewards, turn_nodes, values, turn_returns)
+        for turn_rewards, how, turn_nodes, values, turn_returns in zip(
+            rewards, readings or ["rewards"] * len(rewards), nodes or [None] * len(rewards), advantages, returns,
+            strict=True,
         )
-    ]
+    ]  # fmt: skip
 
 
-def _record(trace: Trace, credit: Credit) -> Credit:
-    trace.info.pop(_CREDIT_V1, None)  # a version 1 record from an earlier scoring is superseded
-    trace.info[CREDIT] = credit.to_info()
-    return credit
+def checked_estimate(estimator: Estimator, batch: RaggedBatch, label: str) -> Estimate:
+    """``estimator.estimate(batch)``, refused with a RewardError naming the group, trajectory
+    and turn when it is not one finite advantage per turn (a third-party estimator's bug, or
+    returns that overflow)."""
+    estimate = estimator.estimate(batch)
+    advantages = np.asarray(estimate.advantages, dtype=np.float64)
+    if advantages.shape != (batch.n_turns,):
+        raise RewardError(f"{label}: {advantages.shape} advantages for {batch.n_turns} turns")
+    finite = np.isfinite(advantages)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        raise RewardError(f"{label}: advantage {float(advantages[i])!r} of {batch.where(i)} is not finite")
+    return Estimate(estimate.returns, advantages)
+
+
+def write_credit(trace: Trace, credit: Credit) -> None:
+    """Keep ``credit`` on ``trace``: the record as ``trace.info["stepwise_credit"]`` and, unless
+    it is excluded, turn t's A_t on every sampled token of turn t's nodes (``node.advantages``,
+    one value per sampled token, the layout of ``node.logprobs``). Prompt, feedback and tool
+    nodes, and nodes without sampled tokens (eval-client traces carry no token ids), get nothing."""
+    trace.info[CREDIT] = {name: getattr(credit, name) for name in credit.__slots__}
+    if credit.excluded is not None:
+        return
+    if credit.nodes is None or len(credit.nodes) != len(credit.advantages):
+        raise TraceError(f"trace {trace.id}: {len(credit.advantages)} advantages for {len(credit.nodes or [])} turns")
+    trace_nodes = trace.nodes
+    for t, held in enumerate(credit.nodes):
+        for i in held:
+            node = trace_nodes[i]
+            sampled = node.mask.count(True)  # a C loop; sum() adds bools one object at a time
+            if sampled:
+                node.advantages = lay_out(credit.advantages, ((t, sampled),))
+
+
+def lay_out(advantages: Sequence[float], runs: Iterable[tuple[int | None, int]]) -> list[float]:
+    """Per-token advantages of a token stream cut into runs: ``(t, n)`` is n tokens of turn t,
+    each carrying A_t = ``advantages[t]``; ``(None, n)`` n tokens of no turn (prompt, feedback,
+    template), each 0.0. An excluded record's empty ``advantages`` lay 0.0 on every token.
+
+    The one function every host lays credit with: prime-rl's nodes (``write_credit``), TRL's
+    completion, tinker's datums and torchtitan's samples."""
+    out: list[float] = []
+    for t, n in runs:
+        out += [float(advantages[t]) if t is not None and advantages else 0.0] * n
+    return out
+
+
+def read_credit(trace: Trace) -> Credit | None:
+    """The credit record ``write_credit`` kept on ``trace``, or None when it has none. Raises
+    TraceError when ``trace.info["stepwise_credit"]`` is not such a record."""
+    raw = (trace.info or {}).get(CREDIT)
+    if raw is None:
+        return None
+    try:
+        return Credit(**raw)
+    except TypeError as error:
+        raise TraceError(f"trace {trace.id}: trace.info[{CREDIT!r}] is not a credit record: {error}") from None
 
 
 def _excluded(trace: Trace, label: str, reason: str, reading: Reading) -> Credit:
     """An excluded trace's record: the turns it earned, if they can be read, and why it is out."""
     try:
         turns = read_turns(trace, reading)
-    except TurnSchemaError as error:  # an errored trace may stop mid-turn; say so, keep the reason
+    except TraceError as error:  # an errored trace may stop mid-turn; say so, keep the reason
         return Credit(label, None, [], None, [], excluded=f"{reason}; its turn data does not read: {error}")
     if turns is None:
         return Credit(label, None, [], None, [], excluded=reason)
-    return Credit(label, _source(trace, reading), turns.rewards, turns.nodes, [], excluded=reason)
+    return Credit(label, _reading(trace, reading), turns.rewards, turns.nodes, [], excluded=reason)
 
 
 def exclusion_reason(episode: Episode, trace: Trace) -> str | None:
@@ -276,23 +296,23 @@ def _last_error(errors: Sequence[Any]) -> str:
     return f": {errors[-1].type}: {errors[-1].message}" if errors else ""
 
 
-def _source(trace: Trace, reading: Reading) -> Source:
+def _reading(trace: Trace, reading: Reading) -> Reading:
     return "scores" if reading == "scores" or TURN_SCORES in (trace.info or {}) else "rewards"
 
 
 def scored_turns(
     trace: Trace, missing: Missing = "final_turn", reading: Reading = "rewards"
-) -> tuple[TraceTurns, Source]:
-    """The turns credited for a trace that is scored, and where their rewards came from: the
+) -> tuple[TraceTurns, Reading | Literal["final_turn"]]:
+    """The turns credited for a trace that is scored, and how their rewards were read: the
     turns it records (``read_turns``, with ``reading`` saying how ``turn_rewards`` is read),
     or, when it records none (no ``turn_rewards``, or an empty list: no turn was scored), what
     ``missing`` says: "final_turn" makes every sampled node a turn, the earlier ones with
     reward 0 and the last with ``trace.reward`` (one turn without nodes when the model never
-    spoke); "error" raises MissingTurnRewards. ``score_group``, ``vf-stepwise`` and the
-    torchtitan rollouter all decide with this one rule."""
+    spoke); "error" raises MissingTurnRewards. ``score_group`` and ``vf-stepwise`` both decide
+    with this one rule."""
     turns = read_turns(trace, reading)
     if turns is not None:
-        return turns, _source(trace, reading)
+        return turns, _reading(trace, reading)
     if missing == "error":
         raise MissingTurnRewards(
             f"trace {trace.id}: no turn_rewards in trace.info (missing='final_turn' would score the trace "
@@ -300,20 +320,8 @@ def scored_turns(
         )
     reward = trace.reward
     if not math.isfinite(reward):
-        raise TurnSchemaError(f"trace {trace.id}: trace reward {reward!r} is not finite")
+        raise TraceError(f"trace {trace.id}: trace reward {reward!r} is not finite")
     sampled = sampled_nodes(trace)
     if not sampled:
         return TraceTurns([reward], [[]]), "final_turn"
     return TraceTurns([0.0] * (len(sampled) - 1) + [reward], [[i] for i in sampled]), "final_turn"
-
-
-def __getattr__(name: str) -> Any:
-    if name == "credit_turns":  # renamed in 0.4: "credit" named both this rule and the record
-        warnings.warn(
-            "verifiers_stepwise.traces.credit.credit_turns is deprecated: use scored_turns (which also returns "
-            "where the rewards came from)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return lambda trace, missing="final_turn", turn_rewards="rewards": scored_turns(trace, missing, turn_rewards)[0]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The per-turn reward schema on a verifiers v1 trace, and credit placed on each turn's tokens.
+"""The per-turn reward schema on a verifiers v1 trace.
 
 Verifiers 0.4.0 has no per-step reward field, so a stepwise environment records two keys in
 ``trace.info`` (serialized with the trace, readable from ``traces.jsonl``):
@@ -10,13 +10,11 @@ Verifiers 0.4.0 has no per-step reward field, so a stepwise environment records 
 
 Without ``turn_nodes`` every sampled node is one turn, in node order (the convention of
 prime-rl's turn-credit work), so ``len(turn_rewards)`` must equal the number of sampled nodes.
-A mapping that disagrees with the trace raises :class:`TurnSchemaError` naming the trace and
-the counts; credit is never shifted silently.
+A mapping that disagrees with the trace raises ``TraceError`` naming the trace and the counts;
+credit is never shifted silently.
 
-Credit lands per sampled token: turn t's advantage A_t fills ``node.advantages`` of every
-sampled node of turn t, one value per sampled (``mask`` True) token — the layout of
-``node.logprobs``. Prompt, feedback and tool nodes are never touched, and a node that holds no
-sampled tokens (eval-client traces carry no token ids) gets nothing.
+Credit is made from these turns once (``traces.credit``): turn t's advantage A_t belongs to
+the sampled tokens of turn t's nodes, and to nothing else.
 
 Per-turn *scores* instead of rewards. An env whose turns naturally carry a score of the state
 after the turn (a potential φ_t: tests passed so far, the distance to a target; ``None`` for a
@@ -68,9 +66,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import compress, count
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -87,20 +83,14 @@ __all__ = [
     "TURN_STATES",
     "Reading",
     "TraceTurns",
-    "TurnSample",
-    "TurnSchemaError",
     "append_turn",
     "append_turn_score",
     "append_turn_state",
-    "deprecated_reading",
     "forfeit_turns",
-    "place_advantages",
     "read_turn_states",
     "read_turns",
     "sampled_nodes",
     "score_differences",
-    "turn_samples",
-    "write_turn_advantages",
 ]
 
 TURN_REWARDS = "turn_rewards"
@@ -114,10 +104,6 @@ _SAMPLED = attrgetter("sampled")
 _ABSENT = object()
 
 
-class TurnSchemaError(TraceError):
-    """Per-turn data that disagrees with its trace; names the trace and what disagreed."""
-
-
 class TraceTurns(NamedTuple):
     """A trace's turns: ``rewards[t]`` and the sampled node indices ``nodes[t]`` of turn t.
 
@@ -127,75 +113,72 @@ class TraceTurns(NamedTuple):
     nodes: list[list[int]]
 
 
-def read_turns(trace: Trace, reading: Reading = "rewards", *, turn_rewards: Reading | None = None) -> TraceTurns | None:
+def read_turns(trace: Trace, reading: Reading = "rewards") -> TraceTurns | None:
     """The validated turns of ``trace``, or None when it records neither ``turn_rewards`` nor
     ``turn_scores``, or an empty list (no turn was scored; ``turn_nodes`` is then not read).
     Scores (``turn_scores``, or ``turn_rewards`` with ``reading="scores"``) come back as
-    rewards by differences (module docstring). ``turn_rewards`` is ``reading``'s old name
-    (deprecated).
+    rewards by differences (module docstring).
 
-    Raises TurnSchemaError when a reward is not a finite number, when ``turn_nodes`` and
+    Raises TraceError when a reward is not a finite number, when ``turn_nodes`` and
     ``turn_rewards`` differ in length, when a listed index is not a sampled node of the trace,
     when a sampled node belongs to no turn or to two, when turns are out of node order, or
     (without ``turn_nodes``) when the reward count differs from the sampled-node count.
     The result is read-only: its ``nodes`` may be the very lists held in ``trace.info``.
     """
-    if turn_rewards is not None:
-        reading = deprecated_reading(reading, turn_rewards, "read_turns")
     info = trace.info or {}
+    raw = _recorded_rewards(trace, info, reading)
+    if raw is None or (type(raw) is list and not raw):
+        return None  # nothing recorded, or no turn was scored
+    # Trainers read every trace every step, so the usual case is checked first with a few
+    # C-level builtins; anything else goes through the checks that name what is wrong.
+    # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
+    if type(raw) is list and set(map(type, raw)) == {float} and math.isfinite(sum(raw)):
+        rewards = raw[:]
+    else:
+        rewards = _rewards(trace, raw)
+    return TraceTurns(rewards, _recorded_nodes(trace, info.get(TURN_NODES, _ABSENT), len(rewards)))
+
+
+def _recorded_rewards(trace: Trace, info: dict, reading: Reading) -> Any:
+    """The trace's per-turn rewards as recorded (scores differenced), unchecked; None without."""
     raw_rewards = info.get(TURN_REWARDS, _ABSENT)
     raw_scores = info.get(TURN_SCORES, _ABSENT)
     if raw_scores is not _ABSENT:
         if raw_rewards is not _ABSENT:
-            raise TurnSchemaError(
+            raise TraceError(
                 f"trace {trace.id}: both {TURN_REWARDS} and {TURN_SCORES} in trace.info; record one "
                 f"(rewards, or scores read by differences)"
             )
-        raw_rewards = score_differences(_scores(trace, raw_scores, TURN_SCORES))
-    elif raw_rewards is _ABSENT:
+        return score_differences(_scores(trace, raw_scores, TURN_SCORES))
+    if raw_rewards is _ABSENT:
         return None
-    elif reading == "scores":
-        raw_rewards = score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
-    elif reading != "rewards":
+    if reading == "scores":
+        return score_differences(_scores(trace, raw_rewards, TURN_REWARDS))
+    if reading != "rewards":
         raise ConfigError(f"reading must be 'rewards' or 'scores', got {reading!r}")
-    if type(raw_rewards) is list and not raw_rewards:
-        return None  # no turn was scored
-    # Trainers read every trace every step, so the usual case is checked first with a few
-    # C-level builtins; anything else goes through the checks that name what is wrong.
-    # Float rewards with a finite sum (a NaN or infinity would spoil it) are valid as they are.
-    if type(raw_rewards) is list and set(map(type, raw_rewards)) == {float} and math.isfinite(sum(raw_rewards)):
-        rewards = raw_rewards[:]
-    else:
-        rewards = _rewards(trace, raw_rewards)
+    return raw_rewards
+
+
+def _recorded_nodes(trace: Trace, raw_nodes: Any, n_turns: int) -> list[list[int]]:
+    """Each turn's sampled nodes: ``turn_nodes`` checked, or without it one sampled node a turn."""
     sampled = sampled_nodes(trace)
-    raw_nodes = info.get(TURN_NODES, _ABSENT)
     if raw_nodes is _ABSENT:
-        if len(rewards) != len(sampled):
-            raise TurnSchemaError(
-                f"trace {trace.id}: {len(rewards)} turn_rewards but {len(sampled)} sampled "
+        if n_turns != len(sampled):
+            raise TraceError(
+                f"trace {trace.id}: {n_turns} turn_rewards but {len(sampled)} sampled "
                 f"nodes, and no turn_nodes to say which node belongs to which turn"
             )
-        return TraceTurns(rewards, [[i] for i in sampled])
+        return [[i] for i in sampled]
     # Non-empty lists of ints that, read in order, are exactly the sampled nodes meet every
     # rule of _turn_nodes (sum(raw_nodes, []) fails unless every turn is a list).
-    if type(raw_nodes) is list and len(raw_nodes) == len(rewards) and all(raw_nodes):
+    if type(raw_nodes) is list and len(raw_nodes) == n_turns and all(raw_nodes):
         try:
             listed: list | None = sum(raw_nodes, [])
         except TypeError:
             listed = None
         if listed == sampled and set(map(type, listed)) == {int}:
-            return TraceTurns(rewards, raw_nodes)
-    return TraceTurns(rewards, _turn_nodes(trace, raw_nodes, len(rewards), sampled))
-
-
-def deprecated_reading(reading: Reading, turn_rewards: Reading | None, where: str) -> Reading:
-    """``reading``, or the value passed under its old name ``turn_rewards`` (with a warning)."""
-    if turn_rewards is None:
-        return reading
-    warnings.warn(
-        f"{where}(turn_rewards=...) is deprecated: the setting is called reading", DeprecationWarning, stacklevel=3
-    )
-    return turn_rewards
+            return raw_nodes
+    return _turn_nodes(trace, raw_nodes, n_turns, sampled)
 
 
 def sampled_nodes(trace: Trace) -> list[int]:
@@ -226,7 +209,7 @@ def forfeit_turns(trace: Trace, turns: int, reward: float) -> None:
     key = TURN_SCORES if TURN_SCORES in trace.info else TURN_REWARDS
     recorded = trace.info.get(key)
     if not recorded:
-        raise TurnSchemaError(f"trace {trace.id}: no recorded turn to charge {turns} forfeited turns to")
+        raise TraceError(f"trace {trace.id}: no recorded turn to charge {turns} forfeited turns to")
     if key == TURN_REWARDS:
         (value,) = _rewards(trace, [recorded[-1] + reward], first=len(recorded) - 1)
         recorded[-1] = value
@@ -257,13 +240,13 @@ def append_turn_state(trace: Trace, state: str | int | None) -> None:
     or None when the env says none. Nothing is written while no turn of the trace has a key."""
     turns = len(trace.info.get(TURN_REWARDS, trace.info.get(TURN_SCORES, [])))
     if not turns:
-        raise TurnSchemaError(f"trace {trace.id}: no recorded turn to give anchor state {state!r}")
+        raise TraceError(f"trace {trace.id}: no recorded turn to give anchor state {state!r}")
     (key,) = _states(trace, [state], first=turns - 1)
     if key is None and TURN_STATES not in trace.info:
         return
     states = trace.info.setdefault(TURN_STATES, [])
     if len(states) >= turns:
-        raise TurnSchemaError(f"trace {trace.id}: turn {turns - 1} already has an anchor state")
+        raise TraceError(f"trace {trace.id}: turn {turns - 1} already has an anchor state")
     states.extend([None] * (turns - 1 - len(states)))
     states.append(key)
 
@@ -271,14 +254,14 @@ def append_turn_state(trace: Trace, state: str | int | None) -> None:
 def read_turn_states(trace: Trace, turns: int) -> list[str | int | None] | None:
     """The anchor state of each of ``turns`` turns of ``trace``, or None when it records none.
 
-    Raises TurnSchemaError when ``turn_states`` does not hold one str, int or None per turn.
+    Raises TraceError when ``turn_states`` does not hold one str, int or None per turn.
     """
     raw = (trace.info or {}).get(TURN_STATES)
     if raw is None:
         return None
     if not isinstance(raw, list) or len(raw) != turns:
         shown = f"{len(raw)} entries" if isinstance(raw, list) else type(raw).__name__
-        raise TurnSchemaError(f"trace {trace.id}: {TURN_STATES} must list one state per turn ({turns}), got {shown}")
+        raise TraceError(f"trace {trace.id}: {TURN_STATES} must list one state per turn ({turns}), got {shown}")
     return _states(trace, raw)
 
 
@@ -294,123 +277,11 @@ def score_differences(scores: Sequence[float | None]) -> list[float]:
     return rewards
 
 
-def write_turn_advantages(trace: Trace, advantages: Sequence[float]) -> None:
-    """Put turn t's advantage on every sampled token of turn t's sampled nodes.
-
-    ``node.advantages = [advantages[t]] * sum(node.mask)`` for each node of turn t; nodes with
-    no sampled tokens and every non-sampled node are left as they are.
-    """
-    place_advantages(trace, _required_turns(trace), advantages)
-
-
-def place_advantages(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
-    """``write_turn_advantages`` for an already-read turn mapping (see that function)."""
-    _check_count(trace, turns, advantages)
-    trace_nodes = trace.nodes
-    for value, nodes in zip(map(float, advantages), turns.nodes):
-        for i in nodes:
-            node = trace_nodes[i]
-            n_sampled = node.mask.count(True)  # a C loop; sum() adds bools one object at a time
-            if n_sampled:
-                node.advantages = [value] * n_sampled
-
-
-@dataclass(frozen=True)
-class TurnSample:
-    """One training sample per turn (Kevin style), all lists aligned to ``token_ids``.
-
-    ``token_ids`` run from the root up to and including the turn's last sampled node;
-    ``loss_mask`` is True only on this turn's sampled tokens; ``logprobs`` are the sampling
-    logprobs on those positions (0.0 elsewhere); ``advantages`` hold ``advantage`` on those
-    positions (0.0 elsewhere).
-    """
-
-    turn: int
-    token_ids: list[int]
-    loss_mask: list[bool]
-    logprobs: list[float]
-    advantages: list[float]
-    advantage: float
-
-
-def turn_samples(trace: Trace, advantages: Sequence[float]) -> list[TurnSample]:
-    """Cut one training sample per turn of ``trace``, turn t carrying ``advantages[t]``.
-
-    Needs train-client traces (token ids on the nodes); an eval-client trace has no tokens to
-    train on and raises. Within a turn all sampled nodes must lie on one root-to-leaf path.
-    """
-    turns = _required_turns(trace)
-    _check_count(trace, turns, advantages)
-    samples = []
-    for t, (value, nodes) in enumerate(zip(advantages, turns.nodes)):
-        path = _path(trace, max(nodes))
-        off_path = sorted(set(nodes) - set(path))
-        if off_path:
-            raise TurnSchemaError(
-                f"trace {trace.id}: turn {t} has sampled nodes {off_path} off the path to its "
-                f"last node {max(nodes)}; one sample cannot hold them"
-            )
-        own = set(nodes)
-        token_ids: list[int] = []
-        loss_mask: list[bool] = []
-        logprobs: list[float] = []
-        for i in path:
-            node = trace.nodes[i]
-            token_ids.extend(node.token_ids)
-            if i not in own:
-                loss_mask.extend([False] * len(node.token_ids))
-                logprobs.extend([0.0] * len(node.token_ids))
-                continue
-            node_logprobs = iter(node.logprobs)
-            loss_mask.extend(node.mask)
-            logprobs.extend(next(node_logprobs, 0.0) if m else 0.0 for m in node.mask)
-        if not any(loss_mask):
-            raise TurnSchemaError(
-                f"trace {trace.id}: turn {t} has no sampled token ids (an eval-client trace "
-                f"has none); per-turn samples need train-client traces"
-            )
-        value = float(value)
-        samples.append(
-            TurnSample(
-                turn=t,
-                token_ids=token_ids,
-                loss_mask=loss_mask,
-                logprobs=logprobs,
-                advantages=[value if m else 0.0 for m in loss_mask],
-                advantage=value,
-            )
-        )
-    return samples
-
-
-def _required_turns(trace: Trace) -> TraceTurns:
-    turns = read_turns(trace)
-    if turns is None:
-        raise TurnSchemaError(f"trace {trace.id}: no {TURN_REWARDS} in trace.info")
-    return turns
-
-
-def _check_count(trace: Trace, turns: TraceTurns, advantages: Sequence[float]) -> None:
-    if len(advantages) != len(turns.nodes):
-        raise TurnSchemaError(f"trace {trace.id}: {len(advantages)} advantages for {len(turns.nodes)} turns")
-
-
-def _path(trace: Trace, node: int) -> list[int]:
-    """Node indices from the root to ``node``, inclusive."""
-    path = []
-    current: int | None = node
-    while current is not None:
-        path.append(current)
-        current = trace.nodes[current].parent
-    path.reverse()
-    return path
-
-
 def _one_kind(trace: Trace, key: str) -> None:
     """A trace records its turns by rewards or by scores, never both (``read_turns`` refuses it)."""
     other = TURN_SCORES if key == TURN_REWARDS else TURN_REWARDS
     if other in trace.info:
-        raise TurnSchemaError(
+        raise TraceError(
             f"trace {trace.id}: its turns are recorded as {other}; a turn cannot be added to "
             f"{key} (one kind per trace: rewards, or scores read by differences)"
         )
@@ -420,20 +291,20 @@ def _checked_nodes(trace: Trace, nodes: Sequence[int]) -> list[int]:
     indices = list(nodes)
     for i in indices:
         if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
-            raise TurnSchemaError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
+            raise TraceError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
     return indices
 
 
 def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
     if not isinstance(raw, (list, tuple)):
-        raise TurnSchemaError(f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}")
+        raise TraceError(f"trace {trace.id}: {TURN_REWARDS} must be a list of numbers, got {type(raw).__name__}")
     rewards = []
     for t, r in enumerate(raw, start=first):
         if r is None:
-            raise TurnSchemaError(
+            raise TraceError(
                 f"trace {trace.id}: turn {t} reward is None; {TURN_REWARDS} holds per-turn rewards here. "
                 f"Per-turn scores with None for unscored turns (prime-rl PR #3282's reading) belong "
-                f"under {TURN_SCORES}, or read these traces with reading='scores' (vf-stepwise: --turn-rewards scores)"
+                f"under {TURN_SCORES}, or read these traces with reading='scores' (vf-stepwise: --reading scores)"
             )
         try:  # an int past float64's range (JSON allows 400 digits) overflows here
             value = float(r) if isinstance(r, numbers.Real) and not isinstance(r, bool) else math.nan
@@ -442,18 +313,18 @@ def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
         if not math.isfinite(value):
             huge = type(r) is int and len(str(r)) > 20
             shown = f"{str(r)[:20]}... ({len(str(r))} digits)" if huge else repr(r)
-            raise TurnSchemaError(f"trace {trace.id}: turn {t} reward {shown} is not a finite number")
+            raise TraceError(f"trace {trace.id}: turn {t} reward {shown} is not a finite number")
         rewards.append(value)
     return rewards
 
 
 def _scores(trace: Trace, raw: Any, key: str, first: int = 0) -> list[float | None]:
     if not isinstance(raw, (list, tuple)):
-        raise TurnSchemaError(f"trace {trace.id}: {key} must be a list of numbers or None, got {type(raw).__name__}")
+        raise TraceError(f"trace {trace.id}: {key} must be a list of numbers or None, got {type(raw).__name__}")
     scores: list[float | None] = []
     for t, phi in enumerate(raw, start=first):
         if phi is not None and (isinstance(phi, bool) or not isinstance(phi, numbers.Real) or not math.isfinite(phi)):
-            raise TurnSchemaError(f"trace {trace.id}: turn {t} score {phi!r} in {key} is not a finite number or None")
+            raise TraceError(f"trace {trace.id}: turn {t} score {phi!r} in {key} is not a finite number or None")
         scores.append(None if phi is None else float(phi))
     return scores
 
@@ -461,34 +332,32 @@ def _scores(trace: Trace, raw: Any, key: str, first: int = 0) -> list[float | No
 def _states(trace: Trace, raw: list[Any], first: int = 0) -> list[str | int | None]:
     for t, key in enumerate(raw, start=first):
         if key is not None and (isinstance(key, bool) or not isinstance(key, (str, int))):
-            raise TurnSchemaError(
-                f"trace {trace.id}: turn {t} state {key!r} in {TURN_STATES} is not a str, int or None"
-            )
+            raise TraceError(f"trace {trace.id}: turn {t} state {key!r} in {TURN_STATES} is not a str, int or None")
     return list(raw)
 
 
 def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> list[list[int]]:
     if not isinstance(raw, (list, tuple)):
-        raise TurnSchemaError(
+        raise TraceError(
             f"trace {trace.id}: {TURN_NODES} must be a list of lists of node indices, got {type(raw).__name__}"
         )
     if len(raw) != n_turns:
-        raise TurnSchemaError(f"trace {trace.id}: {n_turns} {TURN_REWARDS} but {len(raw)} {TURN_NODES} entries")
+        raise TraceError(f"trace {trace.id}: {n_turns} {TURN_REWARDS} but {len(raw)} {TURN_NODES} entries")
     nodes: list[list[int]] = []
     previous = -1
     sampled_set = set(sampled)
     for t, turn in enumerate(raw):
         if not isinstance(turn, (list, tuple)) or not turn:
-            raise TurnSchemaError(
+            raise TraceError(
                 f"trace {trace.id}: {TURN_NODES}[{t}] must be a non-empty list of node indices, got {turn!r}"
             )
         for i in turn:
             if isinstance(i, bool) or not isinstance(i, int) or i not in sampled_set:
-                raise TurnSchemaError(
+                raise TraceError(
                     f"trace {trace.id}: {TURN_NODES}[{t}] lists {i!r}, which is not a sampled node of the trace"
                 )
         if min(turn) <= previous:
-            raise TurnSchemaError(
+            raise TraceError(
                 f"trace {trace.id}: {TURN_NODES}[{t}] = {list(turn)} does not come after the "
                 f"previous turn's nodes; turns must follow node order"
             )
@@ -497,7 +366,7 @@ def _turn_nodes(trace: Trace, raw: Any, n_turns: int, sampled: list[int]) -> lis
     listed = sorted(i for turn in nodes for i in turn)
     if listed != sampled:
         missing = sorted(set(sampled) - set(listed))
-        raise TurnSchemaError(
+        raise TraceError(
             f"trace {trace.id}: turn_nodes must list every sampled node exactly once; "
             f"sampled nodes {sampled}, listed {listed}" + (f" (missing {missing})" if missing else "")
         )

@@ -1,45 +1,52 @@
 """torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
 advantage on its own tokens.
 
-    (this module)     StepwiseAdvantage and StepwiseTrainingSampleBuilder, for any torchtitan env
+    (this module)     what serves both layouts: StepwiseAdvantage, the per-turn builder's logic
+                      (StepwiseSamples), the config-time checks (stepwise_controller); imports
+                      torchtitan.config only
+    release           torchtitan 0.3.0's layout (torchtitan.experiments.rl): its
+                      StepwiseTrainingSampleBuilder
     verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
-    main              StepwiseVerifiersRollouter: the same credit for torchtitan main's own
-                      Verifiers rollouter (PR #4356), and main's recipe
-    turns             which verifiers turn each torchtitan turn belongs to (both rollouters)
-    config_registry   the recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
-    controller        torchtitan's controller config, checked for a stepwise advantage's builder
+    config_registry   0.3.0's recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
+    main              torchtitan main's layout (torchtitan.rl): its StepwiseTrainingSampleBuilder,
+                      StepwiseVerifiersRollouter (per-turn credit for main's own Verifiers
+                      rollouter, PR #4356) and main's recipe
+    turns             which verifiers turn each torchtitan turn belongs to, and the credit record
+                      laid out on them (both Verifiers rollouters)
 
-Shapes translated (checked against torchtitan 0.3.0 from PyPI):
+Shapes translated (checked against torchtitan 0.3.0 from PyPI), for a native torchtitan env:
 
     RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
-      → env turn t(k) = turns[k].env_rewards["turn_index"] when the rollout carries it (the
-        Verifiers rollouter: a verifiers turn whose model replied several times, e.g. around
-        tool calls, is several torchtitan turns of one env turn); otherwise t(k) = k
-      → r_{j,t} = env_rewards[turn_reward_key] of the one turn of env turn t that holds it
-                  (every env turn must, when turns are named); without names, turn k's value
-                  or 0, except on the last turn, which falls back to rollout.reward (the
-                  rubric's score). A rollout whose env attaches no per-turn reward is
-                  therefore scored exactly as torchtitan scores it: [0, …, 0, rollout.reward].
-      → A_{j,t} from the estimator registered under ``estimator``, one credit record per
-        rollout (``traces.credit.credit_group``; the Verifiers rollouters instead lay out the
-        record ``score_group`` wrote on each trace, ``turns.lay_out_credit``)
-      → TrainingSample.advantage: A_{j,t(k)} on every completion token of turn k, 0.0 on
-        prompt and env tokens, in torchtitan's own packing of turns into samples.
+      → r_{j,k} = env_rewards[turn_reward_key] of turn k, or 0, except on the last turn, which
+        falls back to rollout.reward (the rubric's score). A rollout whose env attaches no
+        per-turn reward is therefore scored exactly as torchtitan scores it: [0, …, 0, reward].
+      → one credit record per rollout (``traces.credit.credit_group``) with the estimator
+        registered under ``estimator``
+      → env_rewards["turn_advantage"] = A_{j,k} on turn k (and Rollout.advantage = A_{j,0},
+        the float torchtitan logs)
+      → StepwiseTrainingSampleBuilder: A_{j,k} on every completion token of turn k, 0.0 on
+        prompt and env tokens, in torchtitan's own packing of turns into samples (``lay_out``).
+
+The Verifiers rollouters make the record with ``score_group`` from the traces instead and lay
+it out on their turns (``turns.lay_out_credit``): a verifiers turn whose model replied several
+times (tool calls) is several torchtitan turns, each with that turn's advantage.
 
 Two ``Configurable`` components, both needed:
 
 - ``StepwiseAdvantage`` goes in ``Rollouter.Config.advantage``. torchtitan wants one float per
-  rollout (``Rollout.advantage``); it gets a ``TurnAdvantages``: a float equal to the rollout's
-  first-turn advantage (its return covers the whole rollout, and it is what torchtitan's
-  metrics log) that also carries every turn's advantage.
-- ``StepwiseTrainingSampleBuilder`` goes in ``AsyncLoopConfig.training_sample_builder``. It
-  lets torchtitan pack the samples, then puts A_{j,t} on turn t's completion tokens. Its
-  ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
+  rollout (``Rollout.advantage``, "TODO: make it per token" in 0.3.0); each turn's advantage goes
+  on the turn, ``env_rewards["turn_advantage"]``, the per-turn slot torchtitan's rollout has.
+- ``StepwiseTrainingSampleBuilder`` (``release``'s or ``main``'s, by layout) goes in
+  ``AsyncLoopConfig.training_sample_builder``. It
+  lets torchtitan pack the samples, then lays each turn's advantage on its completion tokens.
+  Its ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
   signal) but tests per-turn credit instead of final rewards: a group is dropped only when
   every completion token of every rollout carries advantage 0, so a group with equal final
-  rewards whose turns still differ is trained. Without it, torchtitan's builder would put the
-  first turn's advantage on every token; this module makes torchtitan's builder refuse a
-  multi-turn ``TurnAdvantages`` rollout instead, naming the fix (``refuse_the_broadcast``).
+  rewards whose turns still differ is trained.
+
+torchtitan's own builder would put ``Rollout.advantage`` (turn 0's) on every token of a rollout;
+the pairing is checked when the config is built (``check_credit``), in the config
+``stepwise_controller`` returns (the recipes return one; wrap a config of your own with it).
 
 With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
 ``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
@@ -49,17 +56,14 @@ and the builder drops the same groups torchtitan's does.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.errors import ConfigError, HostMismatch
-from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.extras import TrainerDependencyMissing, install_command, requires
+from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
+from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
-from verifiers_stepwise.traces.credit import credit_group
+from verifiers_stepwise.traces.credit import credit_group, lay_out
 
 GPU_ONLY = ("vllm", "monarch", "torchstore", "triton")
 """Packages torchtitan's RL trainer imports that install only on a CUDA machine."""
@@ -81,56 +85,29 @@ def requires_torchtitan(feature: str, *modules: str) -> AbstractContextManager[N
     )
 
 
-RL_PACKAGES = ("torchtitan.experiments.rl", "torchtitan.rl")
-"""Where torchtitan's RL package is: 0.3.0 (the newest release), then main (moved after 0.3.0)."""
-
 with requires_torchtitan("verifiers_stepwise.hosts.torchtitan"):
     from torchtitan.config import Configurable
 
-    try:  # torchtitan 0.3.0
-        from torchtitan.experiments.rl.components.training_sample_builder import TrainingSampleBuilder
-        from torchtitan.experiments.rl.observability import metrics as m
-        from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
-        from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
-
-        RL_PACKAGE = RL_PACKAGES[0]
-    except ModuleNotFoundError as error:
-        if error.name not in ("torchtitan.experiments", RL_PACKAGES[0]):
-            raise  # 0.3.0's RL package is there but misses something: name that, not the layout
-        try:  # torchtitan main
-            from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
-            from torchtitan.rl.observability import metrics as m
-            from torchtitan.rl.rollout.types import Rollout, RolloutGroup
-            from torchtitan.rl.types import TrainingSample, TrainingSampleGroup
-        except ModuleNotFoundError as on_main:
-            if on_main.name != RL_PACKAGES[1]:
-                raise
-            raise TrainerDependencyMissing(
-                f"verifiers_stepwise.hosts.torchtitan needs torchtitan's RL package, at {RL_PACKAGES[0]} "
-                f"(torchtitan 0.3.0) or {RL_PACKAGES[1]} (torchtitan main); the installed torchtitan has "
-                f"neither: {install_command('torchtitan')} installs 0.3.0",
-                name=RL_PACKAGES[1],
-            ) from None
-
-        RL_PACKAGE = RL_PACKAGES[1]
+if TYPE_CHECKING:
+    from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup
+    from torchtitan.experiments.rl.types import TrainingSample, TrainingSampleGroup
 
 __all__ = [
-    "BROADCAST_FIX",
     "GPU_ONLY",
-    "RL_PACKAGE",
     "Scalar",
+    "TURN_ADVANTAGE",
     "TURN_INDEX",
     "TURN_REWARD",
     "StepwiseAdvantage",
-    "StepwiseTrainingSampleBuilder",
-    "TurnAdvantages",
+    "StepwiseSamples",
     "check_credit",
     "check_cli_flags",
     "env_config",
     "env_turns",
-    "refuse_the_broadcast",
     "requires_torchtitan",
     "stepwise_advantage",
+    "stepwise_controller",
+    "turn_advantages",
     "with_stepwise_advantage",
 ]
 
@@ -138,6 +115,9 @@ TURN_REWARD = "turn_reward"
 """The default ``RolloutTurn.env_rewards`` key of a turn's reward."""
 TURN_INDEX = "turn_index"
 """The ``RolloutTurn.env_rewards`` key naming the env turn a torchtitan turn belongs to."""
+TURN_ADVANTAGE = "turn_advantage"
+"""The ``RolloutTurn.env_rewards`` key of a turn's advantage, which ``StepwiseAdvantage`` (or a
+Verifiers rollouter) writes and ``StepwiseTrainingSampleBuilder`` lays on the turn's tokens."""
 
 
 Scalar = int | float | bool | str  # tyro tries each in order: "6" is 6, "True" True, "test" "test"
@@ -158,66 +138,36 @@ def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
     return block
 
 
-class TurnAdvantages(float):
-    """One rollout's advantages: a float (the first turn's) that carries every turn's.
-
-    torchtitan types ``Rollout.advantage`` as one float and logs it; this value is that float,
-    and ``per_turn[t]`` is the advantage of turn t for ``StepwiseTrainingSampleBuilder``.
-    """
-
-    __slots__ = ("per_turn",)
-    per_turn: tuple[float, ...]
-
-    def __new__(cls, per_turn: Sequence[float]) -> TurnAdvantages:
-        value = super().__new__(cls, per_turn[0])
-        value.per_turn = tuple(per_turn)
-        return value
-
-    def __reduce__(self) -> tuple[type[TurnAdvantages], tuple[tuple[float, ...]]]:
-        # torchtitan may move groups between processes
-        return (TurnAdvantages, (self.per_turn,))
-
-    def __repr__(self) -> str:
-        return f"TurnAdvantages({list(self.per_turn)!r})"
-
-
-def env_turns(rollout: Rollout, key: str) -> tuple[list[float], list[int]]:
-    """r_{j,t} of one scored rollout's env turns, and t(k) for each torchtitan turn k (see the
-    module docstring for the rule).
+def env_turns(rollout: Rollout, key: str) -> list[float]:
+    """r_k of each turn k of one scored rollout: ``env_rewards[key]``, else 0, except on the last
+    turn, which falls back to ``rollout.reward`` (the module docstring's rule).
 
     A rollout with no turns (its env failed before the first generation) counts as one turn
     holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
-    Raises RewardError when the rollout has no reward, when only some turns name their env
-    turn, when env turns 0..T-1 are not all present, or when an env turn holds no reward or two.
+    Raises RewardError when the rollout has no reward.
     """
-    where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
     if rollout.reward is None:
-        raise RewardError(f"{where} has no reward; the rubric must score a group before its advantages are estimated")
-    turns = rollout.turns
-    if not turns:
-        return [rollout.reward], []
-    named = [TURN_INDEX in turn.env_rewards for turn in turns]
-    if not any(named):
-        last = len(turns) - 1
-        return [turn.env_rewards.get(key, rollout.reward if k == last else 0.0) for k, turn in enumerate(turns)], list(
-            range(len(turns))
+        raise RewardError(
+            f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; the rubric must "
+            "score a group before its advantages are estimated"
         )
-    if not all(named):
-        raise RewardError(f"{where}: turns {[k for k, n in enumerate(named) if not n]} name no {TURN_INDEX!r}")
-    index = [int(turn.env_rewards[TURN_INDEX]) for turn in turns]
-    count = max(index) + 1
-    if sorted(set(index)) != list(range(count)):
-        raise RewardError(f"{where}: env turns {sorted(set(range(count)) - set(index))} have no torchtitan turn")
-    rewards: list[float | None] = [None] * count
-    for t, turn in zip(index, turns):
-        if key in turn.env_rewards:
-            if rewards[t] is not None:
-                raise RewardError(f"{where}: env turn {t} holds two {key!r} values")
-            rewards[t] = turn.env_rewards[key]
-    unrewarded = [t for t, r in enumerate(rewards) if r is None]
-    if unrewarded:
-        raise RewardError(f"{where}: env turns {unrewarded} hold no {key!r}")
-    return [r for r in rewards if r is not None], index
+    last = len(rollout.turns) - 1
+    rewards = [turn.env_rewards.get(key, rollout.reward if k == last else 0.0) for k, turn in enumerate(rollout.turns)]
+    return rewards or [rollout.reward]
+
+
+def turn_advantages(rollout: Rollout) -> list[float]:
+    """Each turn's advantage, ``env_rewards["turn_advantage"]``; ConfigError when a turn carries
+    none (the rollouter's advantage is not ``StepwiseAdvantage``, nor is it this package's
+    Verifiers rollouter), naming the fix."""
+    missing = [k for k, turn in enumerate(rollout.turns) if TURN_ADVANTAGE not in turn.env_rewards]
+    if missing:
+        raise ConfigError(
+            f"rollout {rollout.group_id}/rollout={rollout.rollout_id}: turns {missing} carry no {TURN_ADVANTAGE!r}, "
+            "so its advantage is not per turn; set the rollouter's advantage to "
+            "verifiers_stepwise.hosts.torchtitan.StepwiseAdvantage.Config(...)"
+        )
+    return [turn.env_rewards[TURN_ADVANTAGE] for turn in rollout.turns]
 
 
 class StepwiseAdvantage(Configurable):
@@ -244,19 +194,19 @@ class StepwiseAdvantage(Configurable):
         self.turn_reward_key = config.turn_reward_key
         self.estimator = estimator_from(config)
 
-    def __call__(self, group: RolloutGroup) -> list[TurnAdvantages]:
-        """One ``TurnAdvantages`` per rollout, in group order."""
+    def __call__(self, group: RolloutGroup) -> list[float]:
+        """Each rollout's first-turn advantage (torchtitan's ``Rollout.advantage``, what it logs),
+        in group order; every turn's own on the turn (``env_rewards["turn_advantage"]``)."""
         if not group.rollouts:
             return []
-        turns = [env_turns(rollout, self.turn_reward_key) for rollout in group.rollouts]
         try:
-            records = credit_group([rewards for rewards, _ in turns], self.estimator)
+            records = credit_group([env_turns(r, self.turn_reward_key) for r in group.rollouts], self.estimator)
         except RewardError as error:
             raise RewardError(f"torchtitan group {group.group_id}: {error}") from None
-        return [
-            TurnAdvantages([credit.advantages[t] for t in index] if index else credit.advantages)
-            for credit, (_, index) in zip(records, turns)
-        ]
+        for rollout, credit in zip(group.rollouts, records):
+            for turn, value in zip(rollout.turns, credit.advantages):
+                turn.env_rewards[TURN_ADVANTAGE] = value
+        return [credit.advantages[0] for credit in records]
 
 
 def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
@@ -273,51 +223,48 @@ def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str
     return StepwiseAdvantage.Config(estimator=estimator, options=full)
 
 
-class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
-    """``AsyncLoopConfig.training_sample_builder``: turn t's completion tokens get A_{j,t}.
+class StepwiseSamples:
+    """``StepwiseTrainingSampleBuilder``'s own part, mixed into a torchtitan layout's
+    ``TrainingSampleBuilder`` (``release``, ``main``): turn t's completion tokens get A_{j,t}.
 
-    Needs ``StepwiseAdvantage`` as the rollouter's advantage; anything else is an error that
-    says so. The converse holds too: torchtitan's own builder (or any builder not derived from
-    this one) refuses a multi-turn rollout ``StepwiseAdvantage`` scored, naming this builder,
-    where it would broadcast turn 0's value to every turn (``refuse_the_broadcast``).
+    Needs each turn's advantage on the turn (``StepwiseAdvantage``, or this package's Verifiers
+    rollouters); a rollout without is an error that says so (``turn_advantages``). The
+    layout's class supplies ``metrics``, its ``observability.metrics`` module.
     """
 
-    @dataclass(kw_only=True, slots=True)
-    class Config(TrainingSampleBuilder.Config):
-        pass
+    class Config:
+        """What a layout's ``StepwiseTrainingSampleBuilder.Config`` also is (``check_credit``)."""
 
-    def __init__(self, config: Config) -> None:
+        __slots__ = ()
+
+    metrics: Any
+
+    def __init__(self, config: Any) -> None:
         # torchtitan's filter compares final rewards; this class filters on per-turn credit.
-        # (the field is torchtitan's, whose Config mypy cannot see: torchtitan ships no types)
         super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
     def build_from_group(self, *, rollout_group: RolloutGroup) -> TrainingSampleGroup:
-        built = super().build_from_group(rollout_group=rollout_group)
+        built = super().build_from_group(rollout_group=rollout_group)  # type: ignore[misc]
         if (
             self.drop_groups_without_credit
             and len(rollout_group.rollouts) > 1  # torchtitan keeps lone rollouts too
             and built.training_samples
             and not any(a != 0.0 for sample in built.training_samples for a in sample.advantage)
         ):
+            m = self.metrics
             dropped = m.Metric("training_sample_builder/num_groups_dropped_zero_advantage", m.Sum(1.0))
-            return TrainingSampleGroup(
-                group_id=rollout_group.group_id,
-                training_samples=[],
-                metrics=[*rollout_group.metrics, dropped],
-            )
+            return replace(built, training_samples=[], metrics=[*rollout_group.metrics, dropped])
         return built
 
     def rollout_to_training_samples(self, rollout: Rollout) -> list[TrainingSample]:
-        per_turn = _per_turn(rollout)
-        samples = super().rollout_to_training_samples(rollout)
+        advantages = turn_advantages(rollout)
+        samples = super().rollout_to_training_samples(rollout)  # type: ignore[misc]
         # torchtitan packs turns in order: sample k holds turns [turn_id_k, turn_id_{k+1}),
         # and their completion tokens are its loss-mask positions, turn by turn.
         firsts = [sample.rollout_id.turn_id for sample in samples] + [len(rollout.turns)]
         for sample, first, stop in zip(samples, firsts, firsts[1:]):
-            values = [
-                a for t in range(first, stop) for a in repeat(per_turn[t], len(rollout.turns[t].completion_token_ids))
-            ]
+            values = lay_out(advantages, [(t, len(rollout.turns[t].completion_token_ids)) for t in range(first, stop)])
             trained = [i for i, masked_in in enumerate(sample.loss_mask) if masked_in]
             if len(trained) != len(values):
                 raise HostMismatch(
@@ -332,77 +279,19 @@ class StepwiseTrainingSampleBuilder(TrainingSampleBuilder):
         return samples
 
 
-def _per_turn(rollout: Rollout) -> tuple[float, ...]:
-    advantage = rollout.advantage
-    where = f"rollout {rollout.group_id}/rollout={rollout.rollout_id}"
-    if not isinstance(advantage, TurnAdvantages):
-        raise TypeError(
-            f"{where}: advantage {advantage!r} is not per-turn; set the rollouter's advantage to "
-            "verifiers_stepwise.hosts.torchtitan.StepwiseAdvantage.Config(...)"
-        )
-    if len(advantage.per_turn) != max(len(rollout.turns), 1):
-        raise ValueError(f"{where}: {len(advantage.per_turn)} turn advantages for {len(rollout.turns)} turns")
-    return advantage.per_turn
-
-
-BROADCAST_FIX = (
-    "set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder.Config() "
-    "(verifiers_stepwise.hosts.torchtitan)"
-)
-
-
-def refuse_the_broadcast(rollout_to_training_samples: Any) -> Any:
-    """torchtitan's ``TrainingSampleBuilder.rollout_to_training_samples``, refusing a rollout of
-    several turns whose advantage ``StepwiseAdvantage`` computed (a ``TurnAdvantages``) unless
-    the builder is a ``StepwiseTrainingSampleBuilder``: torchtitan's packing writes
-    ``rollout.advantage`` (turn 0's) on every completion token, so any other builder would
-    train every turn on turn 0's advantage. Installed on torchtitan's class when this module is
-    imported, which every ``TurnAdvantages`` needs (it pickles by reference to this module), so
-    the check holds whatever config built the builder; torchtitan's controller does not catch
-    a builder's error, so the run stops at the first such rollout. A one-turn rollout packs
-    the same either way and passes."""
-    # A guard an earlier import of this module installed checks that import's classes, which a
-    # fresh import (its entry gone from sys.modules) no longer makes: wrap torchtitan's own method
-    # again, once, so the guard checks this module's TurnAdvantages and builder.
-    while getattr(rollout_to_training_samples, "refuses_the_broadcast", False):
-        rollout_to_training_samples = rollout_to_training_samples.__wrapped__
-
-    def guarded(self: Any, rollout: Rollout) -> list[TrainingSample]:
-        advantage = rollout.advantage
-        if (
-            isinstance(advantage, TurnAdvantages)
-            and len(advantage.per_turn) > 1
-            and not isinstance(self, StepwiseTrainingSampleBuilder)
-        ):
-            raise ConfigError(
-                f"rollout {rollout.group_id}/rollout={rollout.rollout_id} carries StepwiseAdvantage's "
-                f"{len(advantage.per_turn)} turn advantages, but the training-sample builder is "
-                f"{type(self).__qualname__}, which would give every token turn 0's ({float(advantage)!r}); "
-                f"{BROADCAST_FIX}"
-            )
-        return rollout_to_training_samples(self, rollout)
-
-    guarded.refuses_the_broadcast = True  # type: ignore[attr-defined]
-    guarded.__wrapped__ = rollout_to_training_samples  # type: ignore[attr-defined]
-    guarded.__name__ = guarded.__qualname__ = "rollout_to_training_samples"
-    guarded.__doc__ = rollout_to_training_samples.__doc__
-    return guarded
-
-
 def check_credit(config: Any) -> None:
     """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
     ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
-    broadcasts turn 0's advantage to every turn; this builder rejects scalar advantages only
-    once the first group arrives). Reads ``config.rollouter.advantage`` and
-    ``config.async_loop.training_sample_builder``.
-
-    A recipe that is not a ``StepwiseController.Config`` (torchtitan's own ``Controller.Config``)
-    is not checked here; its first multi-turn rollout stops the run in torchtitan's builder
-    instead (``refuse_the_broadcast``)."""
+    puts turn 0's advantage, ``Rollout.advantage``, on every token; this builder rejects a
+    rollout without per-turn advantages only once the first group arrives). Reads
+    ``config.rollouter.advantage`` and ``config.async_loop.training_sample_builder``; runs in
+    the config ``stepwise_controller`` returns once the CLI's overrides are applied. A config
+    that is not one (torchtitan's own ``Controller.Config``) is not checked: wrap it with
+    ``stepwise_controller``."""
 
     stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
     builder = config.async_loop.training_sample_builder
-    if stepwise != isinstance(builder, StepwiseTrainingSampleBuilder.Config):
+    if stepwise != isinstance(builder, StepwiseSamples.Config):
         fix = (
             "set async_loop.training_sample_builder=StepwiseTrainingSampleBuilder.Config() "
             "(torchtitan's builder would give every token of a rollout its first turn's advantage)"
@@ -413,7 +302,7 @@ def check_credit(config: Any) -> None:
             f"rollouter.advantage is {type(config.rollouter.advantage).__qualname__} but "
             f"async_loop.training_sample_builder is {type(builder).__qualname__}: per-turn advantages need "
             f"both StepwiseAdvantage.Config and StepwiseTrainingSampleBuilder.Config; {fix} "
-            "(both in verifiers_stepwise.hosts.torchtitan)"
+            "(verifiers_stepwise.hosts.torchtitan, StepwiseTrainingSampleBuilder in .release or .main by layout)"
         )
 
 
@@ -459,15 +348,37 @@ def with_stepwise_advantage(rollouter: Any, **options: float | int | str | bool)
 def _stepwise_config_class(base: type) -> type:
     if _annotated_advantage(base) is StepwiseAdvantage.Config:
         return base
-    name = f"Stepwise_{base.__qualname__.replace('.', '_')}"
-    made = globals().get(name)
+    annotated = {"__annotations__": {"advantage": StepwiseAdvantage.Config}}
+    return _subclass(base, "Stepwise", {**annotated, "advantage": field(default_factory=stepwise_advantage)})
+
+
+def stepwise_controller(config: Any) -> Any:
+    """``config`` (a torchtitan ``Controller.Config``, of either layout) as a config of the same
+    fields whose ``__post_init__`` also runs ``check_credit`` and ``check_cli_flags``. torchtitan's
+    ``ConfigManager`` builds the config again with the CLI's overrides, so the checks see the
+    final one; ``build()`` builds torchtitan's own controller, unchanged."""
+
+    base_post_init = getattr(type(config), "__post_init__", None)
+
+    def __post_init__(self: Any) -> None:
+        if base_post_init is not None:
+            base_post_init(self)
+        check_credit(self)
+        check_cli_flags(self)
+
+    checked = _subclass(type(config), "Checked", {"__post_init__": __post_init__})
+    return checked(**{f.name: getattr(config, f.name) for f in fields(config) if f.init})
+
+
+def _subclass(base: type, prefix: str, namespace: dict[str, Any]) -> type:
+    """A dataclass subclass of the config class ``base`` with ``namespace``, made once and kept
+    in this module under its name, so that it pickles by reference."""
+    name = f"{prefix}_{base.__qualname__.replace('.', '_')}"
+    while (made := globals().get(name)) is not None and made.__mro__[1] is not base:
+        name += "_"  # another base of the same name (a fresh import of its module)
     if made is None:
-        namespace = {
-            "__annotations__": {"advantage": StepwiseAdvantage.Config},
-            "advantage": field(default_factory=stepwise_advantage),
-        }
-        made = dataclass(kw_only=True, slots=True)(type(name, (base,), namespace))
-        made.__module__, made.__qualname__ = __name__, name  # picklable by reference
+        made = dataclass(kw_only=True, slots=True)(type(name, (base,), dict(namespace)))
+        made.__module__, made.__qualname__ = __name__, name
         globals()[name] = made
     return made
 
@@ -486,8 +397,3 @@ def _annotated_advantage(config_class: type) -> Any:
                 return None
         return annotation
     return None
-
-
-TrainingSampleBuilder.rollout_to_training_samples = refuse_the_broadcast(
-    TrainingSampleBuilder.rollout_to_training_samples
-)

@@ -7,8 +7,8 @@
 ``rl_stepwise_verifiers_dapo_qwen3_4b_math`` runs this package's ``stepwise-dapo-math``
 verifiers env in refine mode (``max_turns`` attempts) through ``VerifiersRollouter``; any
 verifiers env works the same way (``--rollouter.taskset stepwise-refine``). Both recipes
-return a ``StepwiseController.Config``, which refuses a stepwise advantage paired with
-torchtitan's broadcasting builder after the CLI's overrides are applied. Importing this
+return their config through ``stepwise_controller``, which refuses a stepwise advantage paired
+with torchtitan's broadcasting builder after the CLI's overrides are applied. Importing this
 module needs no GPU package; calling a recipe loads torchtitan's trainer, and a missing
 dependency of it (vLLM, Monarch, torchstore, triton, ...) is reported by name.
 
@@ -26,15 +26,16 @@ validates on (so validation reward here means "solved within ``max_attempts``").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
-    StepwiseTrainingSampleBuilder,
     requires_torchtitan,
     stepwise_advantage,
+    stepwise_controller,
 )
+from verifiers_stepwise.hosts.torchtitan.release import StepwiseTrainingSampleBuilder
 from verifiers_stepwise.hosts.torchtitan.verifiers import VerifiersRollouter
 
 with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.config_registry"):
@@ -165,8 +166,7 @@ def rl_stepwise_dapo_qwen3_4b_math() -> Controller.Config:
     torchtitan's own 8K single-attempt recipe on one node (one TP=2 trainer, six TP=1
     generators), made stepwise with ``with_stepwise_attempts``.
     """
-    base, stepwise_controller = _torchtitan_dapo_recipe()
-    config = with_stepwise_attempts(base)
+    config = with_stepwise_attempts(_torchtitan_dapo_recipe())
     return stepwise_controller(replace(config, dump_folder="outputs/rl/qwen3_4b_stepwise_dapo_math"))
 
 
@@ -177,7 +177,7 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
     replaced by ``VerifiersRollouter`` and its builder by ``StepwiseTrainingSampleBuilder``;
     each attempt samples up to 2K tokens. Validation runs the same taskset, unshuffled.
     """
-    base, stepwise_controller = _torchtitan_dapo_recipe()
+    base = _torchtitan_dapo_recipe()
     config = replace(
         base,
         rollouter=stepwise_verifiers_rollouter(),
@@ -188,11 +188,9 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
     return stepwise_controller(config)
 
 
-def _torchtitan_dapo_recipe() -> tuple[Controller.Config, Any]:
-    """torchtitan's 8K DAPO-Math config and ``stepwise_controller``, or TrainerDependencyMissing."""
+def _torchtitan_dapo_recipe() -> Controller.Config:
+    """torchtitan's 8K DAPO-Math config, or TrainerDependencyMissing."""
     # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
     with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.config_registry"):
         from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
-
-        from verifiers_stepwise.hosts.torchtitan.controller import stepwise_controller
-    return rl_dapo_qwen3_4b_math_8k(), stepwise_controller
+    return rl_dapo_qwen3_4b_math_8k()

@@ -1,4 +1,5 @@
-"""Per-turn credit for torchtitan main's own Verifiers rollouter (torchtitan main, after 0.3.0).
+"""torchtitan main's layout (``torchtitan.rl``, after 0.3.0): per-turn credit for its own
+Verifiers rollouter, and its ``StepwiseTrainingSampleBuilder``.
 
 pytorch/torchtitan PR #4356 ("[rl] Add optional Verifiers rollout integration") runs verifiers
 episodes in torchtitan but gives only a rollout's last turn a reward
@@ -14,7 +15,8 @@ episodes in torchtitan but gives only a rollout's last turn a reward
   the record for torchtitan's logs, and an errored episode is out of the baseline and trains
   nothing. The rollout's trace is the one ``Rollout.logs["verifiers_trace_id"]`` names;
 - its config's ``advantage`` is ``StepwiseAdvantage.Config`` (every estimator option its own
-  flag); pair it with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's
+  flag); pair it with this module's ``StepwiseTrainingSampleBuilder.Config()`` (main's
+  ``TrainingSampleBuilder`` with ``hosts.torchtitan.StepwiseSamples``) as the controller's
   ``async_loop.training_sample_builder``.
 
 The recipe ``rl_stepwise_verifiers_dapo_qwen3_4b_math`` trains this package's
@@ -32,15 +34,14 @@ What was checked: ``tests/hosts/test_host_torchtitan_main.py`` runs torchtitan m
 ``rollouter.py``, ``data.py``, ``env_server.py`` and ``generation_server.py`` (the versions
 ``tests/hosts/torchtitan_main/README.md`` names), with stand-ins for the rest of main that
 0.3.0 lacks, under this class against real verifiers episodes of this package's envs; each
-token's advantage equals ``score_group``'s. The base class is looked up where torchtitan main
-has it (``torchtitan.rl.examples.verifiers.rollouter``) and where PR #4356 first put it
-(``torchtitan.experiments.rl.examples.verifiers.components.rollouter``, commit 0db04a96).
+token's advantage equals ``score_group``'s. The base class is torchtitan main's
+``torchtitan.rl.examples.verifiers.rollouter.VerifiersRollouter``.
 Not run: torchtitan main itself (not released; 0.3.0 is the newest) and a GPU run.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -49,41 +50,47 @@ from verifiers_stepwise.errors import ConfigError, HostMismatch
 from verifiers_stepwise.hosts.torchtitan import (
     Scalar,
     StepwiseAdvantage,
-    StepwiseTrainingSampleBuilder,
+    StepwiseSamples,
     env_config,
     requires_torchtitan,
     stepwise_advantage,
+    stepwise_controller,
 )
 from verifiers_stepwise.hosts.torchtitan.turns import check_rollout_turns, lay_out_credit
 from verifiers_stepwise.traces.credit import score_group
 
 __all__ = [
+    "LAYOUT",
+    "StepwiseTrainingSampleBuilder",
     "StepwiseVerifiersRollouter",
     "rl_stepwise_verifiers_dapo_qwen3_4b_math",
     "stepwise_env_rollouter",
     "with_stepwise_credit",
 ]
 
-_BASES = (
-    "torchtitan.rl.examples.verifiers.rollouter",  # torchtitan main
-    "torchtitan.experiments.rl.examples.verifiers.components.rollouter",  # at PR #4356's merge
-)
+LAYOUT = "torchtitan.rl"
 
-
-def _base_module() -> Any:
-    for name in _BASES:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if not name.startswith(error.name or "\0"):
-                raise  # the module exists but one of its own imports is missing
+if importlib.util.find_spec("torchtitan.rl") is None:
     raise ImportError(
         "torchtitan's own VerifiersRollouter (PR #4356) is not installed: it is on torchtitan main, not in "
         "torchtitan 0.3.0; with 0.3.0 use verifiers_stepwise.hosts.torchtitan.verifiers.VerifiersRollouter"
     )
 
+with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.main"):
+    import torchtitan.rl.examples.verifiers.rollouter as _base
+    from torchtitan.rl.components.training_sample_builder import TrainingSampleBuilder
+    from torchtitan.rl.observability import metrics
 
-_base: Any = _base_module()
+
+class StepwiseTrainingSampleBuilder(StepwiseSamples, TrainingSampleBuilder):
+    """``AsyncLoopConfig.training_sample_builder`` on torchtitan main: turn t's completion
+    tokens get A_{j,t} (``hosts.torchtitan.StepwiseSamples``)."""
+
+    metrics = metrics
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(StepwiseSamples.Config, TrainingSampleBuilder.Config):
+        pass
 
 
 class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
@@ -131,13 +138,12 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
                     "this rollouter converted (Rollout.logs['verifiers_trace_id']); torchtitan's VerifiersRollouter "
                     "changed, update verifiers_stepwise.hosts.torchtitan.main"
                 )
-            played.append((rollout, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
-        records = iter(score_group([episode for _, episode, _ in played], self._estimator))
+            played.append((rollout, trace_id, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
+        records = score_group([episode for _, _, episode, _ in played], self._estimator)
         advantages = []
-        for rollout, episode, nodes in played:
-            (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+        for rollout, trace_id, _, nodes in played:
             where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
-            advantages.append(lay_out_credit(credit, rollout.turns, nodes, where))
+            advantages.append(lay_out_credit(records[trace_id], rollout.turns, nodes, where))
         return advantages
 
 
@@ -227,8 +233,6 @@ def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Any:
     centring as that recipe's estimator. Validation runs the same taskset."""
     with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.main"):
         from torchtitan.rl.examples.verifiers.dapo_math.config_registry import rl_dapo_qwen3_4b_verifiers_8k
-
-        from verifiers_stepwise.hosts.torchtitan.controller import stepwise_controller
 
     _refuse_verifiers_before_0_4("stepwise-dapo-math")
     base = rl_dapo_qwen3_4b_verifiers_8k()

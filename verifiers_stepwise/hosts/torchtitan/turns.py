@@ -4,10 +4,9 @@ Shared by both Verifiers rollouters: this package's for torchtitan 0.3.0
 (``hosts.torchtitan.verifiers``, which makes the turns) and torchtitan main's own (PR #4356,
 ``hosts.torchtitan.main``, which checks the turns torchtitan made). Both score a group with
 ``traces.credit.score_group`` and lay each trace's credit record out on its torchtitan turns
-(``lay_out_credit``): the record is the one place a turn's reward becomes its advantage.
-``label_turns`` writes a trace's turn rewards into ``env_rewards`` for ``StepwiseAdvantage``
-to read back, for a rollouter of one's own that has no record. Imports no torchtitan module
-beyond ``hosts.torchtitan``, so it loads on either layout.
+(``lay_out_credit``): the record is the one place a turn's reward becomes its advantage, and
+the one route by which a verifiers turn's reward reaches torchtitan. Imports no torchtitan
+module beyond ``hosts.torchtitan``, so it loads on either layout.
 """
 
 from __future__ import annotations
@@ -16,15 +15,14 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from verifiers_stepwise.estimators.ragged import RewardError
-from verifiers_stepwise.hosts.torchtitan import TURN_INDEX, TURN_REWARD, TurnAdvantages
+from verifiers_stepwise.errors import RewardError
+from verifiers_stepwise.hosts.torchtitan import TURN_ADVANTAGE, TURN_INDEX, TURN_REWARD
 from verifiers_stepwise.traces.credit import Credit
-from verifiers_stepwise.traces.turns import read_turns
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
 
-__all__ = ["Span", "check_rollout_turns", "label_rollout_turns", "label_turns", "lay_out_credit", "sampled_spans"]
+__all__ = ["Span", "check_rollout_turns", "lay_out_credit", "sampled_spans"]
 
 
 class Span(NamedTuple):
@@ -57,35 +55,13 @@ def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]
     return spans
 
 
-def label_turns(trace: vf.Trace, turns: list[Any], nodes: list[int]) -> None:
-    """Write each verifiers turn's reward on torchtitan turns made from ``trace``: turn k came
-    from sampled node ``nodes[k]``; it gets ``env_rewards["turn_index"]`` = the verifiers turn t
-    holding that node, and the last of turn t's torchtitan turns ``env_rewards["turn_reward"]``
-    = r_t. A trace without ``turn_rewards`` gets nothing (its trace reward is the final turn's).
-
-    Raises TurnSchemaError when the trace's turn data disagrees with it, and RewardError when a
-    turn with a reward produced no sampled token (its reward would be lost)."""
-    turns_of_trace = read_turns(trace)
-    if turns_of_trace is None:
-        return
-    turn_of = {i: t for t, held in enumerate(turns_of_trace.nodes) for i in held}
-    last: dict[int, Any] = {}
-    for turn, node in zip(turns, nodes, strict=True):
-        t = turn_of[node]
-        turn.env_rewards[TURN_INDEX] = float(t)
-        last[t] = turn
-    for t, reward in enumerate(turns_of_trace.rewards):
-        if t not in last:
-            raise RewardError(f"trace {trace.id}: turn {t} (reward {reward}) has no sampled tokens to credit")
-        last[t].env_rewards[TURN_REWARD] = reward
-
-
-def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], where: str) -> TurnAdvantages:
-    """One rollout's advantages, laid out from its trace's credit record (``score_group``'s):
-    torchtitan turn k, made from sampled node ``nodes[k]``, gets A_t of the verifiers turn t
-    whose nodes hold that node. The turns are labelled for torchtitan's logs from the same
-    record: ``env_rewards["turn_index"]`` = t on each, ``env_rewards["turn_reward"]`` = r_t on
-    the last of turn t's.
+def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], where: str) -> float:
+    """One trace's credit record (``score_group``'s) laid out on its torchtitan turns: turn k,
+    made from sampled node ``nodes[k]``, gets A_t of the verifiers turn t whose nodes hold that
+    node, as ``env_rewards["turn_advantage"]`` (what ``StepwiseTrainingSampleBuilder`` lays on
+    its tokens); each is labelled for torchtitan's logs from the same record,
+    ``env_rewards["turn_index"]`` = t, and the last of turn t's ``env_rewards["turn_reward"]`` =
+    r_t. Returns the first turn's advantage, the float torchtitan's ``Rollout.advantage`` holds.
 
     A rollout with no record (its episode failed in transport) or one the record excludes
     (an errored episode: ``score_group`` keeps it out of its group's baseline) gets 0 on every
@@ -94,18 +70,18 @@ def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], wh
     ``turn_rewards``) makes every sampled node a turn, and those this host does not train (on
     a branch verifiers marks untrainable) are left out."""
     if credit is None or credit.excluded is not None:
-        return TurnAdvantages([0.0] * max(len(turns), 1))
+        for turn in turns:
+            turn.env_rewards[TURN_ADVANTAGE] = 0.0
+        return 0.0
     if not turns:  # the model never spoke: one turn without tokens, nothing to credit
-        return TurnAdvantages(credit.advantages)
-    held = credit.nodes or []
-    turn_of = {i: t for t, of_turn in enumerate(held) for i in of_turn}
+        return credit.advantages[0]
+    turn_of = credit.node_turns()
     last: dict[int, Any] = {}
-    per_turn = []
     for turn, node in zip(turns, nodes, strict=True):
         t = turn_of[node]
         turn.env_rewards[TURN_INDEX] = float(t)
+        turn.env_rewards[TURN_ADVANTAGE] = credit.advantages[t]
         last[t] = turn
-        per_turn.append(credit.advantages[t])
     for t, reward in enumerate(credit.rewards):
         if t in last:
             last[t].env_rewards[TURN_REWARD] = reward
@@ -113,7 +89,7 @@ def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], wh
             raise RewardError(f"{where}: turn {t} (reward {reward}) has no sampled tokens to credit")
         # else: score_group's rule made every sampled node a turn, one this host does not train
         # (a rejected compaction attempt, on a branch verifiers marks untrainable)
-    return TurnAdvantages(per_turn)
+    return turns[0].env_rewards[TURN_ADVANTAGE]
 
 
 def check_rollout_turns(trace: vf.Trace, turns: list[Any]) -> list[int]:
@@ -129,11 +105,6 @@ def check_rollout_turns(trace: vf.Trace, turns: list[Any]) -> list[int]:
             "torchtitan's trace_to_rollout_turns changed, update verifiers_stepwise.hosts.torchtitan.turns"
         )
     return [span.node for span in spans]
-
-
-def label_rollout_turns(trace: vf.Trace, turns: list[Any]) -> None:
-    """``label_turns`` for turns another converter made from ``trace`` (``check_rollout_turns``)."""
-    label_turns(trace, turns, check_rollout_turns(trace, turns))
 
 
 def _runs(mask: list[bool]) -> Iterator[tuple[int, int]]:

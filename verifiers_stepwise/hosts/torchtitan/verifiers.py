@@ -43,28 +43,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
-from verifiers_stepwise.errors import ConfigError, HostMismatch
-from verifiers_stepwise.estimators.ragged import RewardError
+from verifiers_stepwise.errors import ConfigError, RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
-from verifiers_stepwise.hosts.torchtitan import RL_PACKAGE, Scalar, StepwiseAdvantage, env_config, requires_torchtitan
-from verifiers_stepwise.hosts.torchtitan.turns import (
-    Span,
-    label_rollout_turns,
-    label_turns,
-    lay_out_credit,
-    sampled_spans,
-)
+from verifiers_stepwise.hosts.torchtitan import Scalar, StepwiseAdvantage, env_config, requires_torchtitan
+from verifiers_stepwise.hosts.torchtitan.release import LAYOUT  # on main's layout: the error naming .main
+from verifiers_stepwise.hosts.torchtitan.turns import Span, lay_out_credit, sampled_spans
 from verifiers_stepwise.traces.credit import score_group
 
-if RL_PACKAGE != "torchtitan.experiments.rl":
-    # main's Rollouter has its own lifecycle (setup_async, no renderer per group) and rollouter
-    raise HostMismatch(
-        "verifiers_stepwise.hosts.torchtitan.verifiers is the Verifiers rollouter for torchtitan 0.3.0; "
-        f"this torchtitan has main's layout ({RL_PACKAGE}): use torchtitan's own Verifiers rollouter with "
-        "verifiers_stepwise.hosts.torchtitan.main.StepwiseVerifiersRollouter"
-    )
-
-with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.verifiers", "tyro"):
+with requires_torchtitan(f"verifiers_stepwise.hosts.torchtitan.verifiers (torchtitan 0.3.0, {LAYOUT})", "tyro"):
     import tyro
     from torchtitan.config import Configurable
     from torchtitan.experiments.rl.environment import MessageEnv, TokenEnv
@@ -80,15 +66,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTE_HEADER",
-    "Span",
     "VERIFIERS_REWARD",
     "VerifiersReward",
     "VerifiersRollouter",
     "VerifiersTasks",
-    "label_rollout_turns",
-    "label_turns",
-    "env_config",
-    "sampled_spans",
     "trace_to_turns",
 ]
 
@@ -343,14 +324,11 @@ class VerifiersRollouter(Rollouter):
         for rollout, output in zip(rollouts, outputs, strict=True):
             rollout.reward = output.reward
             rollout.reward_breakdown = output.reward_breakdown
-        episodes = [episode for _, episode, _ in played if episode is not None]
-        records = iter(score_group(episodes, self.advantage_estimator.estimator))
+        records = score_group([episode for _, episode, _ in played if episode], self.advantage_estimator.estimator)
         for rollout, episode, nodes in played:
-            credit = None
-            if episode is not None:  # its one trainable trace's record
-                (credit,) = [c for trace, c in zip(episode.traces, records) if trace.agent.trainable]
+            trace_id = next((trace.id for trace in episode.traces if trace.agent.trainable), "") if episode else ""
             where = f"torchtitan rollout {group_id}/rollout={rollout.rollout_id}"
-            rollout.advantage = lay_out_credit(credit, rollout.turns, nodes, where)
+            rollout.advantage = lay_out_credit(records.get(trace_id), rollout.turns, nodes, where)
         return RolloutGroup(group_id=group_id, rollouts=rollouts)
 
     async def _rollout(
@@ -459,17 +437,11 @@ def trace_to_turns(
     group_id: int,
     rollout_id: int,
     versions: tuple[int | None, int | None] = (None, None),
-    per_turn: bool = True,
 ) -> list[RolloutTurn]:
     """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, the trace
-    reward on the last one, and (unless ``per_turn`` is False) labelled with the trace's turn
-    rewards by ``label_turns``, for ``StepwiseAdvantage`` to read back: the path of a rollouter
-    of one's own. ``VerifiersRollouter`` credits its rollouts from the credit record instead."""
-    spans = sampled_spans(trace)
-    out = _turns(trace, spans, group_id=group_id, rollout_id=rollout_id, versions=versions)
-    if per_turn:
-        label_turns(trace, out, [span.node for span in spans])
-    return out
+    reward on the last one (``env_rewards["verifiers_reward"]``). Credit them as
+    ``VerifiersRollouter`` does: ``score_group`` on the group, then ``turns.lay_out_credit``."""
+    return _turns(trace, sampled_spans(trace), group_id=group_id, rollout_id=rollout_id, versions=versions)
 
 
 def _turns(

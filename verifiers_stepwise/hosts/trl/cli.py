@@ -4,36 +4,46 @@
         --env-args '{"max_turns": 3}' --options '{"gamma": 1.0}' \\
         --max_steps 3 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 24
 
+A blueprint and ``main``: ``blueprint(argv)`` reads the command line into a ``Run`` and checks
+every name and option in it — the env id and its fields (``--env-args``, ``--eval-env-args``),
+the estimator and its options, ``--reading``, ``--format`` — before anything loads, so a typo
+is one line (``error: ...``, exit status 1), not a traceback after the model's load.
+``main(argv)`` then loads the model, trains, saves and draws the reward curve.
+
 TRL's conventions: ``TrlParser`` over this module's ``HostArguments`` and TRL's own
-``GRPOConfig`` (every GRPOConfig field is a flag; ``--config file.yaml`` works as in TRL's
-scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config, e.g.
-``max_turns``, ``threshold``; ``taskset`` fields under ``"taskset"``), ``--options`` the
-estimator's config as JSON, ``--eval-env-args`` what TRL's evaluation (``--eval_strategy``)
-changes in that config, e.g. ``'{"taskset": {"split": "test"}}'`` for held-out tasks. With no
-``--model`` the default real LM is loaded (``hosts.trl.model``). A GPU is used when present
-(TRL's defaults, bf16 included); without one the run defaults to ``--use_cpu true --bf16
-false``; ``--logging_steps`` defaults to 1, ``--lora_dropout`` to 0 and
-``--gradient_checkpointing`` to false (see ``main``).
-TRL shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at
-the end the model is saved there and the reward curve is drawn to
-``<output_dir>/reward_curve.png`` (the per-step log to ``log_history.json``).
+``GRPOConfig`` and ``ModelConfig`` (every field is a flag; ``--config file.yaml`` works as in
+TRL's scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config,
+e.g. ``max_turns``; ``taskset`` fields under ``"taskset"``), ``--options`` the estimator's config
+as JSON, ``--eval-env-args`` what TRL's evaluation (``--eval_strategy``) changes in that block,
+e.g. ``'{"taskset": {"split": "test"}}'`` for held-out tasks. With no ``--model`` the default real
+LM is loaded (``inference.model``). A GPU is used when present (TRL's defaults, bf16 included);
+without one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to
+1, ``--lora_dropout`` to 0 and ``--gradient_checkpointing`` to false (see ``blueprint``). TRL
+shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at the
+end the model is saved there, with ``log_history.json`` and the reward curve
+``reward_curve.png`` (``analysis.plot.plot_reward_curve``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from verifiers_stepwise.analysis.flags import options_json
+from verifiers_stepwise.envs.bundles import resolve_env
 from verifiers_stepwise.errors import ConfigError
+from verifiers_stepwise.estimators import Estimator
+from verifiers_stepwise.estimators.registry import UnknownEstimator, get_estimator
 from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts import options_json
-from verifiers_stepwise.hosts.trl.model import DEFAULT_MODEL
+from verifiers_stepwise.hosts.trl.inference.model import DEFAULT_MODEL
+from verifiers_stepwise.traces.turns import Reading
 
-__all__ = ["HostArguments", "main", "plot_rewards"]
+__all__ = ["HostArguments", "Run", "blueprint", "main"]
 
 
 @dataclass
@@ -43,6 +53,10 @@ class HostArguments:
     estimator: str = field(default="stepwise", metadata={"help": "registered advantage estimator name"})
     options: str = field(
         default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"}
+    )
+    reading: str = field(
+        default="rewards",
+        metadata={"help": "how trace.info['turn_rewards'] is read: 'rewards' or 'scores' (by differences)"},
     )
     format: str = field(
         default="text",
@@ -63,14 +77,26 @@ class HostArguments:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    """Parse, train, save, plot; returns the trainer."""
+@dataclass(frozen=True)
+class Run:
+    """What a command line asks for, every name and option checked; nothing loaded yet."""
+
+    host: HostArguments
+    training: Any
+    """TRL's ``GRPOConfig``."""
+    model: Any
+    """TRL's ``ModelConfig`` (``--dtype``, LoRA)."""
+    env: dict[str, Any]
+    eval_env: dict[str, Any] | None
+    estimator: Estimator
+
+
+def blueprint(argv: Sequence[str] | None = None) -> Run:
+    """The run ``argv`` asks for, with the host's defaults for TRL's flags; ConfigError naming
+    the flag for an unknown env id, estimator, option, reading or format, or bad JSON."""
     with requires("verifiers_stepwise.hosts.trl", "torch", "trl", extra="trl"):
         import torch
-        from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
-
-    from verifiers_stepwise.hosts.trl.model import bfloat16_slowdown, load_model
-    from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
+        from trl import GRPOConfig, ModelConfig, TrlParser
 
     parser = TrlParser((HostArguments, GRPOConfig, ModelConfig))  # type: ignore[arg-type]  # dataclasses, as HfArgumentParser takes
     if not torch.cuda.is_available():
@@ -86,86 +112,88 @@ def main(argv: Sequence[str] | None = None) -> Any:
     # A checkpoint holds the weights (a LoRA run's: the adapter) but not the optimizer state,
     # which is twice a full model's size (3.1 GB for Gemma); --save_only_model false keeps it.
     parser.set_defaults(save_only_model=True)
-    host, training, model_args = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
-    env = _merged({"taskset": {"id": host.env_id}}, _json(host.env_args, "--env-args"))
-    eval_env = _merged(env, _json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
+    with warnings.catch_warnings():
+        # TRL 1.16 defaults gradient_checkpointing, which transformers 5 calls a deprecated alias of
+        # activation_checkpointing: it warns at every parse, whatever the command line says.
+        warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
+        host, training, model = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    env = _merged({"taskset": {"id": host.env_id}}, options_json(host.env_args, "--env-args"))
+    eval_env = _merged(env, options_json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
     if eval_env is None and training.eval_strategy != "no":
-        raise SystemExit(
+        raise ConfigError(
             f"--eval_strategy {training.eval_strategy.value}: name the held-out tasks with --eval-env-args"
         )
-    options = _json(host.options, "--options")
-    if model_args.dtype == "bfloat16" and not torch.cuda.is_available() and (slowdown := bfloat16_slowdown()) > 4:
-        print(
-            f"warning: --dtype bfloat16 on this CPU runs a matmul {slowdown:.0f}x slower than float32 "
-            "(no bfloat16 instructions: AVX512-BF16 or AMX); --dtype float32 trains several times faster here",
-            file=sys.stderr,
-        )
-    model, tokenizer = load_model(host.model, model_args.dtype)  # --dtype, as TRL spells it
+    if host.reading not in get_args(Reading):
+        raise ConfigError(f"--reading {host.reading!r}: choose one of {list(get_args(Reading))}")
+    from verifiers_stepwise.hosts.trl.inference.renderer import renderer_config
+
+    try:
+        renderer_config(host.format)
+    except ConfigError as error:
+        raise ConfigError(f"--format: {error}") from None
+    options = options_json(host.options, "--options")
+    try:
+        estimator = get_estimator(host.estimator, **options)
+    except UnknownEstimator as error:
+        raise ConfigError(f"--estimator: {error}") from None
+    except ConfigError as error:
+        raise ConfigError(f"--options: {error}") from None
+    resolve_env(env, f"--env-id {host.env_id!r} with --env-args")
+    if eval_env is not None:
+        resolve_env(eval_env, "--eval-env-args")
+    return Run(host, training, model, env, eval_env, estimator)
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Check the command line (``blueprint``), then load the model, train, save and plot; returns
+    the trainer. What the command line gets wrong ends the command as one line, ``error: ...``."""
+    try:
+        run = blueprint(argv)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    from trl import get_peft_config
+
+    from verifiers_stepwise.analysis.plot import plot_reward_curve
+    from verifiers_stepwise.hosts.trl.inference.model import load_model
+    from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer
+
+    _warn_if_bfloat16_is_slow(run.model.dtype)
+    model, tokenizer = load_model(run.host.model, run.model.dtype)  # --dtype, as TRL spells it
     trainer = StepwiseGRPOTrainer(
         model,
-        env,
-        args=training,
+        run.env,
+        args=run.training,
         processing_class=tokenizer,
-        estimator=host.estimator,
-        options=options,
-        format=host.format,
-        eval_env=eval_env,
-        peft_config=get_peft_config(model_args),  # --use_peft --lora_r ... as in TRL's scripts; None without
+        estimator=run.estimator,
+        reading=run.host.reading,  # type: ignore[arg-type]  # checked by blueprint
+        format=run.host.format,
+        eval_env=run.eval_env,
+        peft_config=get_peft_config(run.model),  # --use_peft --lora_r ... as in TRL's scripts; None without
     )
     try:
         trainer.train()
     finally:
         trainer.close()
-    output = Path(training.output_dir)
+    output = Path(run.training.output_dir)
     trainer.save_model(str(output))
     trainer.create_model_card()
     (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    plot = plot_rewards(
-        trainer.state.log_history, output / "reward_curve.png", title=f"{host.env_id} · {host.estimator}"
-    )
-    print(f"reward curve: {plot}")
+    title = f"{run.host.env_id} · {run.host.estimator}"
+    print(f"reward curve: {plot_reward_curve(trainer.state.log_history, output / 'reward_curve.png', title)}")
     return trainer
 
 
-SMOOTHING = 5
-"""Steps in the reward plot's trailing mean."""
+def _warn_if_bfloat16_is_slow(dtype: str | None) -> None:
+    import torch
 
+    from verifiers_stepwise.hosts.trl.inference.model import bfloat16_slowdown
 
-def plot_rewards(log_history: Sequence[dict], path: Path, title: str = "") -> Path:
-    """Episode reward and per-turn reward (mean per step) against the training step, and the
-    evaluation's episode reward where TRL evaluated (at step 0 with ``--eval_on_start true``: the
-    untrained model)."""
-    with requires("the TRL host's reward plot", "matplotlib", extra="trl"):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-
-    steps = [entry for entry in log_history if "reward" in entry]
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
-    for key, label in (("reward", "episode reward"), ("turn_rewards/mean", "turn reward (mean)")):
-        points = [(entry["step"], entry[key]) for entry in steps if key in entry]
-        if points:
-            (line,) = axis.plot(*zip(*points), marker="o", markersize=3, alpha=0.45, label=label)
-            # A step's few episodes make a noisy point; the trailing mean shows the trend.
-            x, y = zip(*points)
-            trailing = [sum(y[max(0, k - SMOOTHING + 1) : k + 1]) / len(y[max(0, k - SMOOTHING + 1) : k + 1])
-                        for k in range(len(y))]  # fmt: skip
-            axis.plot(x, trailing, color=line.get_color(), label=f"{label}, mean of last {SMOOTHING} steps")
-    held_out = [(entry["step"], entry["eval_reward"]) for entry in log_history if "eval_reward" in entry]
-    if held_out:
-        axis.plot(*zip(*held_out), color="black", marker="s", linestyle="--", label="evaluation episode reward")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_xlabel("step")
-    axis.set_ylabel("reward")
-    axis.set_title(title)
-    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    if dtype == "bfloat16" and not torch.cuda.is_available() and (slowdown := bfloat16_slowdown()) > 4:
+        print(
+            f"warning: --dtype bfloat16 on this CPU runs a matmul {slowdown:.0f}x slower than float32 "
+            "(no bfloat16 instructions: AVX512-BF16 or AMX); --dtype float32 trains several times faster here",
+            file=sys.stderr,
+        )
 
 
 def _merged(base: dict, extra: dict) -> dict:
@@ -175,10 +203,3 @@ def _merged(base: dict, extra: dict) -> dict:
     for key, value in extra.items():
         out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def _json(text: str, flag: str) -> dict:
-    try:
-        return options_json(text, flag)
-    except ConfigError as error:
-        raise SystemExit(str(error)) from None

@@ -7,8 +7,8 @@ One episode (one trace: the seat being trained) is one TRL sample. Its trace hol
     completion_ids  everything after: sampled replies and the env's feedback turns in between
     env_mask        1 on sampled tokens, 0 on feedback/tool/template tokens (TRL: ``tool_mask``)
     logprobs        the sampling logprobs on sampled tokens, 0.0 elsewhere
-    advantages      turn t's advantage A_t (``credit.score_group``) on turn t's sampled tokens,
-                    0.0 elsewhere — exactly ``Branch.advantages`` after scoring
+    advantages      the trace's credit record laid out on the completion (``credit.lay_out``):
+                    turn t's A_t on turn t's sampled tokens, 0.0 elsewhere
 
 An episode whose model call failed (or that errored otherwise) keeps the tokens it produced,
 carries reward None (TRL counts it unscorable) and no advantage; ``score_group`` leaves it out
@@ -19,12 +19,14 @@ loss in each empty part, since TRL needs a non-empty prompt and completion.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verifiers_stepwise.estimators import Estimator
-from verifiers_stepwise.traces.credit import Credit, score_group
+from verifiers_stepwise.traces.credit import Credit, lay_out, score_group
+from verifiers_stepwise.traces.turns import Reading
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -54,41 +56,41 @@ class EpisodeSample:
 
 
 def score_groups(
-    groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int
+    groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int, reading: Reading = "rewards"
 ) -> list[EpisodeSample]:
-    """Score each group with ``estimator`` and lay every episode out, groups in order."""
+    """Credit each group with ``estimator`` (``score_group``, ``reading`` as it takes it) and lay
+    every episode out on its tokens, groups in order."""
     samples: list[EpisodeSample] = []
     for episodes in groups:
-        records = iter(score_group(episodes, estimator))
-        for episode in episodes:
-            credits = [credit for trace, credit in zip(episode.traces, records) if trace.agent.trainable]
-            samples.append(episode_sample(episode, credits, pad_token_id))
+        records = score_group(episodes, estimator, reading=reading)
+        samples += [episode_sample(episode, records, pad_token_id) for episode in episodes]
     return samples
 
 
-def episode_sample(episode: vf.Episode, credits: Sequence[Credit | None], pad_token_id: int) -> EpisodeSample:
-    """The TRL sample of one scored episode, given its trainable traces' credit records; raises
-    ValueError when it cannot be one sample."""
+def episode_sample(episode: vf.Episode, records: Mapping[str, Credit], pad_token_id: int) -> EpisodeSample:
+    """The TRL sample of one scored episode, given its group's credit records (by trace id);
+    raises ValueError when it cannot be one sample."""
     trainable = [trace for trace in episode.traces if trace.agent.trainable]
     if len(trainable) != 1:
         raise ValueError(
             f"episode {episode.id}: the TRL host trains one seat, but the episode has {len(trainable)} trainable traces"
         )
-    (trace,), (credit,) = trainable, credits
-    assert credit is not None  # score_group records every trainable trace
+    (trace,) = trainable
+    credit = records[trace.id]
     branches = trace.branches
     if len(branches) > 1:
         raise ValueError(
             f"trace {trace.id}: {len(branches)} branches; one TRL sample needs one (re-rendered turns fork the "
             "graph — use the TurnFormatRenderer, which extends the conversation token by token)"
         )
-    tokens, mask, logprobs, advantages = [], [], [], None
+    tokens, mask, logprobs, advantages = [], [], [], []
     if branches:
-        branch = branches[0]
-        tokens, mask, logprobs, advantages = branch.token_ids, branch.sampled_mask, branch.logprobs, branch.advantages
+        (branch,) = branches
+        tokens, mask, logprobs = branch.token_ids, branch.sampled_mask, branch.logprobs
+        advantages = lay_out(credit.advantages, _runs(trace, branch, credit))
     start = mask.index(True) if True in mask else len(tokens)
-    advantages = advantages[start:] if advantages is not None else [0.0] * (len(tokens) - start)
-    completion, env_mask, logprobs = tokens[start:], [int(m) for m in mask[start:]], logprobs[start:]
+    completion, env_mask = tokens[start:], [int(m) for m in mask[start:]]
+    logprobs, advantages = logprobs[start:], advantages[start:]
     if not completion:
         completion, env_mask, logprobs, advantages = [pad_token_id], [0], [0.0], [0.0]
     return EpisodeSample(
@@ -100,3 +102,14 @@ def episode_sample(episode: vf.Episode, credits: Sequence[Credit | None], pad_to
         reward=None if credit.excluded else trace.reward,
         credit=credit,
     )
+
+
+def _runs(trace: vf.Trace, branch: vf.Branch, credit: Credit) -> Iterator[tuple[int | None, int]]:
+    """The branch's tokens as runs of one turn's sampled tokens (the turn of their node) or of
+    unsampled ones (None), for ``lay_out``."""
+    turn_of = credit.node_turns()
+    index_of = {id(node): i for i, node in enumerate(trace.nodes)}
+    for node in branch.nodes:
+        turn = turn_of.get(index_of[id(node)])
+        for sampled, run in itertools.groupby(node.mask):
+            yield (turn if sampled else None), sum(1 for _ in run)

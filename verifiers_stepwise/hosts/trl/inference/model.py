@@ -117,7 +117,7 @@ def bfloat16_slowdown() -> float:
     2–2.9×, forward + backward 2.5× on such a CPU); without them torch 2.13 falls back to a path
     that ran ~200× slower than float32 on an AVX2-only AMD EPYC (a Gemma step: ~100 s against ~9 s).
     """
-    with requires("verifiers_stepwise.hosts.trl.model", "torch", extra="trl"):
+    with requires("verifiers_stepwise.hosts.trl.inference.model", "torch", extra="trl"):
         import torch
 
     def best(dtype: Any) -> float:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from aiohttp import web
 
@@ -129,14 +127,3 @@ class BatchingTokenEndpoint(ThreadedServer):
                     future.set_exception(generation)
                 else:
                     future.set_result(generation)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TokenEndpoint":  # renamed in 0.4: hosts.token_endpoint.TokenEndpoint is the unbatched one
-        warnings.warn(
-            "verifiers_stepwise.hosts.trl.endpoint.TokenEndpoint is deprecated: use BatchingTokenEndpoint",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return BatchingTokenEndpoint
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

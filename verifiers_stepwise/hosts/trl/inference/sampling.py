@@ -182,18 +182,12 @@ class ModelSampler:
         return cast(list[Generation], out)
 
     def _sample(self, requests: list[GenerateRequest]) -> list[Generation]:
+        """One ``generate`` call for requests that share their sampling settings."""
         model = self.get_model()
         device = next(model.parameters()).device
-        first = requests[0]
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            n = len(request.prompt_ids)
-            input_ids[row, width - n :] = torch.tensor(request.prompt_ids)
-            attention[row, width - n :] = 1
+        input_ids, attention = self._left_padded(requests)
         limits = [r.max_tokens or self.max_new_tokens for r in requests]
-        stops = sorted({t for r in requests for t in r.stop_token_ids})
+        first = requests[0]
         greedy = first.temperature == 0
         if first.seed is not None:
             torch.manual_seed(first.seed)
@@ -206,18 +200,31 @@ class ModelSampler:
             temperature=None if greedy else first.temperature,
             top_p=None if greedy else first.top_p,
             top_k=0 if not greedy else None,
-            eos_token_id=stops or None,
+            eos_token_id=sorted({t for r in requests for t in r.stop_token_ids}) or None,
             pad_token_id=self.pad_token_id,
             use_cache=True,
             logits_processor=[recorder],
         )
-        sampled = sequences[:, width:]
-        logprobs = recorder.finish(sequences)
-        generations = []
-        for row, (request, limit) in enumerate(zip(requests, limits)):
-            tokens = sampled[row].tolist()
-            end = next((k + 1 for k, t in enumerate(tokens[:limit]) if t in request.stop_token_ids), None)
-            finish: Literal["stop", "length"] = "stop" if end is not None else "length"
-            end = end if end is not None else min(limit, len(tokens))
-            generations.append(Generation(tokens[:end], logprobs[row, :end].tolist(), finish))
-        return generations
+        sampled = sequences[:, input_ids.shape[1] :].tolist()
+        logprobs = recorder.finish(sequences).tolist()
+        return [_cut(*row) for row in zip(requests, limits, sampled, logprobs)]
+
+    def _left_padded(self, requests: list[GenerateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts left-padded to one width, and their attention mask."""
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):
+            n = len(request.prompt_ids)
+            input_ids[row, width - n :] = torch.tensor(request.prompt_ids)
+            attention[row, width - n :] = 1
+        return input_ids, attention
+
+
+def _cut(request: GenerateRequest, limit: int, tokens: list[int], logprobs: list[float]) -> Generation:
+    """A request's completion: up to its first stop token (kept, "stop") or its own ``max_tokens``
+    ("length"), whichever the batch's longest generation ran past."""
+    end = next((k + 1 for k, t in enumerate(tokens[:limit]) if t in request.stop_token_ids), None)
+    finish: Literal["stop", "length"] = "stop" if end is not None else "length"
+    end = end if end is not None else min(limit, len(tokens))
+    return Generation(tokens[:end], logprobs[:end], finish)
