@@ -43,7 +43,7 @@ def test_a_group_declares_one_kind_or_none():
 
 
 def test_no_estimator_named_scores_with_the_kinds_default_and_says_so_once(capsys):
-    kinds._announced.cache_clear()
+    kinds.estimator_for.cache_clear()
     group = [episode([-1.0, 1.0], "refinement"), episode([1.0], "refinement")]
     records = score_group(group)
     assert {r.estimator for r in records.values()} == {"grpo"}
@@ -55,7 +55,7 @@ def test_no_estimator_named_scores_with_the_kinds_default_and_says_so_once(capsy
 
 
 def test_an_undeclared_group_gets_the_package_default(capsys):
-    kinds._announced.cache_clear()
+    kinds.estimator_for.cache_clear()
     group = [episode([0.0, 1.0]), episode([1.0])]
     assert list(score_group(group).values()) == list(score_group(group, "stepwise").values())
     assert "credit kind undeclared -> stepwise(): the env declares no kind" in capsys.readouterr().err

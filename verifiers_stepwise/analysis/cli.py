@@ -104,7 +104,10 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="traces.jsonl files (or vf-eval run directories holding one)",
     )
     adv.add_argument(
-        "--estimator", default="stepwise", help="registered estimator name (default: stepwise; see `vf-stepwise list`)"
+        "--estimator",
+        help="registered estimator name (see `vf-stepwise list`); default: the one for the kind of credit the "
+        "traces' env declares, or stepwise (whose fields the config flags then set) when it declares none "
+        "or a config flag, --gammas or --compare :... is given",
     )
     adv.add_argument(
         "--compare",
@@ -263,6 +266,8 @@ def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.tracefile import BadInput
 
     paths = [_traces_file(p) for p in args.traces]
+    by_kind = args.estimator is None and not (_options(args) or args.gammas or (args.compare or "").startswith(":"))
+    args.estimator = args.estimator or "stepwise"
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
     plot_credit, no_plot = _plotter() if args.plot is not None else (None, None)
     plot = args.plot if plot_credit is not None else None
@@ -276,6 +281,9 @@ def _advantages(args: argparse.Namespace) -> int:
         raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
     if not collected.lengths:
         raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+    if by_kind:
+        main_estimator = _kind_estimator(collected.kinds)
+        args.estimator = main_estimator.name
     grouped = collected.grouped()
     configs = [_config(args.estimator, main_estimator, grouped.batch)]
     if compare is not None:
@@ -309,6 +317,18 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimat
         return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+
+
+def _kind_estimator(kinds: Any) -> Estimator:
+    """The estimator for the kind of credit the traces declare (``traces.kinds``), said on stderr."""
+    from verifiers_stepwise.traces.kinds import CreditKind, estimator_for
+
+    declared = sorted(str(kind) for kind in kinds if kind is not None)
+    if len(declared) > 1:
+        raise CommandError(f"the traces declare several kinds of credit ({', '.join(declared)}): name one --estimator")
+    if declared and declared[0] not in set(CreditKind):
+        raise CommandError(f"the traces declare credit_kind {declared[0]!r}, not one of {', '.join(CreditKind)}")
+    return estimator_for(CreditKind(declared[0]) if declared else None)
 
 
 def _plotter() -> tuple[Any, str | None]:

@@ -32,7 +32,16 @@ from verifiers_stepwise.estimators.registry import get_estimator
 if TYPE_CHECKING:
     from verifiers.v1 import Trace
 
-__all__ = ["CREDIT_KIND", "DEFAULTS", "CreditKind", "KindDefault", "default_estimator", "default_for", "group_kind"]
+__all__ = [
+    "CREDIT_KIND",
+    "DEFAULTS",
+    "CreditKind",
+    "KindDefault",
+    "default_estimator",
+    "default_for",
+    "estimator_for",
+    "group_kind",
+]
 
 CREDIT_KIND = "credit_kind"
 """The ``trace.info`` key an env's declared kind is recorded under."""
@@ -106,11 +115,12 @@ def default_for(kind: CreditKind | None) -> KindDefault:
 def default_estimator(traces: Sequence[Trace]) -> Estimator:
     """The estimator for a group whose user named none: its kind's default (``group_kind``),
     said once per process and kind on stderr with why."""
-    return _announced(group_kind(traces))
+    return estimator_for(group_kind(traces))
 
 
 @cache
-def _announced(kind: CreditKind | None) -> Estimator:
+def estimator_for(kind: CreditKind | None) -> Estimator:
+    """``default_for(kind)``'s estimator, said once per process and kind on stderr with why."""
     chosen = default_for(kind)
     said = f"credit kind {kind or 'undeclared'} -> {chosen.describe()}: {chosen.why}"
     print(f"verifiers-stepwise: no estimator named; {said}", file=sys.stderr)
