@@ -263,25 +263,16 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
 
 def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
-    from verifiers_stepwise.analysis.tracefile import BadInput
 
     paths = [_traces_file(p) for p in args.traces]
-    by_kind = args.estimator is None and not (_options(args) or args.gammas or (args.compare or "").startswith(":"))
-    args.estimator = args.estimator or "stepwise"
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
-    plot_credit, no_plot = _plotter() if args.plot is not None else (None, None)
-    plot = args.plot if plot_credit is not None else None
+    plot_credit, plot, no_plot = _plotter(args.plot)
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
     for path in (output, plot):
         if path is not None:
             _check_output(path, paths)
-    try:
-        collected = _read(paths, args)
-    except BadInput as e:
-        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
-    if not collected.lengths:
-        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
-    if by_kind:
+    collected = _collect(paths, args)
+    if main_estimator is None:  # none named: the kind of credit the traces declare decides
         main_estimator = _kind_estimator(collected.kinds)
         args.estimator = main_estimator.name
     grouped = collected.grouped()
@@ -304,10 +295,17 @@ def _advantages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimator] | None, list[Estimator]]:
-    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked."""
+def _estimators(args: argparse.Namespace) -> tuple[Estimator | None, tuple[str, Estimator] | None, list[Estimator]]:
+    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked. The
+    main config is None when nothing names or configures it: the traces' kind of credit decides."""
     from verifiers_stepwise.analysis.stats import with_gamma
 
+    if args.estimator is None and not (_options(args) or args.gammas or (args.compare or "").startswith(":")):
+        try:
+            return None, _compare(args.compare, "", None) if args.compare else None, []
+        except ConfigError as e:
+            raise CommandError(str(e)) from None
+    args.estimator = args.estimator or "stepwise"
     try:
         main_estimator = args.estimator_class(**_options(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
@@ -317,6 +315,19 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimat
         return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+
+
+def _collect(paths: list[Path], args: argparse.Namespace) -> Any:
+    """The traces' turns (``_read``); bad input, or nothing to score, is one CommandError."""
+    from verifiers_stepwise.analysis.tracefile import BadInput
+
+    try:
+        collected = _read(paths, args)
+    except BadInput as e:
+        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
+    if not collected.lengths:
+        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+    return collected
 
 
 def _kind_estimator(kinds: Any) -> Estimator:
@@ -331,16 +342,19 @@ def _kind_estimator(kinds: Any) -> Estimator:
     return estimator_for(CreditKind(declared[0]) if declared else None)
 
 
-def _plotter() -> tuple[Any, str | None]:
-    """``analysis.plot.plot_credit``, or None and the line naming the extra it needs: the tables
-    need no matplotlib, so they are printed, then that line, and the exit status is 1."""
+def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
+    """For ``--plot``: ``analysis.plot.plot_credit`` and the file, or without matplotlib no plot
+    and the line naming the extra it needs (the tables need no matplotlib, so they are printed,
+    then that line, and the exit status is 1)."""
     from verifiers_stepwise.extras import MissingExtra
 
+    if plot is None:
+        return None, None, None
     try:
         from verifiers_stepwise.analysis.plot import plot_credit
     except MissingExtra as e:
-        return None, f"no plot written: {e}"
-    return plot_credit, None
+        return None, None, f"no plot written: {e}"
+    return plot_credit, plot, None
 
 
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:
