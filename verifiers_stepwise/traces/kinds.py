@@ -16,7 +16,8 @@ mean with its 95% interval). Each is the suite's pre-registered rule (the highes
 success among methods not worse than ``grpo``; within 0.02 of it, the fewest options) applied
 to the configurations that, on every bundled env of the kind, credit being right sooner above
 being right later (``tests/test_right_sooner.py``): where the rule's first pick cannot
-(independent: γ 1; states: ``grpo`` without std), the next one is taken and the reason says so. A group whose traces declare no kind gets the package default,
+(independent: γ 1; states: ``grpo`` without std), the next one is taken and the reason says so.
+A group whose traces declare no kind gets the package default,
 ``stepwise`` with its own defaults, and is told so. A group mixing kinds is refused.
 """
 
