@@ -864,3 +864,31 @@ def test_turn_rewards_holding_scores_are_rejected_then_read_with_the_flag(tmp_pa
     assert code == 0, err
     rewards = [r["reward"] for r in read_rows(tmp_path / "t.jsonl") if r["episode"] == episodes[0].id]
     assert rewards == pytest.approx([0.2, 0.0, 0.7])
+
+
+def test_no_estimator_named_takes_the_kind_the_traces_declare_and_says_so(tmp_path, capsys):
+    from verifiers_stepwise.traces import kinds
+
+    kinds.estimator_for.cache_clear()
+    episodes = rollouts(tasks=2, per_task=4)
+    for episode in episodes:
+        episode.traces[0].info["credit_kind"] = "refinement"
+    traces = write_episodes(tmp_path / "traces.jsonl", episodes)
+    code, out, err = run(capsys, "advantages", traces, "--json")
+    assert code == 0, err
+    assert json.loads(out)["estimators"][0]["label"].startswith("grpo(")
+    assert "no estimator named; credit kind refinement -> grpo()" in err
+    expected = {
+        (e.id, t): a
+        for group in library_groups(episodes).values()
+        for e, values in zip(group, [c.advantages for c in score_group(group, "grpo").values()])
+        for t, a in enumerate(values)
+    }
+    rows = read_rows(tmp_path / "traces.advantages.jsonl")
+    assert {(row["episode"], row["turn"]): row["advantage"] for row in rows} == expected
+    # a config flag configures stepwise, as --help lists its fields; two kinds in one run are refused
+    assert run(capsys, "advantages", traces, "--gamma", "0.5", "--no-output", "--json")[0] == 0
+    episodes[0].traces[0].info["credit_kind"] = "states"
+    mixed = write_episodes(tmp_path / "mixed.jsonl", episodes)
+    code, _, err = run(capsys, "advantages", mixed, "--no-output")
+    assert code != 0 and "declare several kinds of credit (refinement, states): name one --estimator" in err

@@ -95,7 +95,8 @@ async def test_a_model_that_only_calls_tools_ends_at_the_call_cap():
     ``max_turns × max_calls_per_turn`` (64): 2 turns, 128 calls, then stop ``max_turns``."""
     trace = await refine([TOOL_CALL], max_turns=2)
     assert trace.stop_condition == "max_turns" and trace.num_turns == 128 and trace.ok
-    assert trace.info["turn_scores"] == [0.0] and trace.info["forfeited_turns"] == 1  # forfeit: 0
+    # its one scored turn asked for another (the turn cost c) and forfeited one (c again)
+    assert trace.info["turn_scores"] == pytest.approx([-0.2]) and trace.info["forfeited_turns"] == 1
 
 
 def test_the_call_cap_follows_the_turns_and_yields_to_an_explicit_one():
@@ -119,7 +120,7 @@ async def test_the_feedback_score_is_an_oracle_for_the_answer():
         score = float(re.search(r"scored (\d+\.\d+)", call.messages[-1]["content"]).group(1))
         return str(round(300 / score))
 
-    trace = await refine(["300", from_feedback], feedback="Your answer scored {score:.4f}.")
+    trace = await refine(["300", from_feedback], feedback="Your answer scored {score:.4f}.", turn_cost=0.0)
     assert trace.info["turn_scores"] == pytest.approx([300 / 391, 1.0])
 
 

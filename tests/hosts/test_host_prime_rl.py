@@ -137,7 +137,9 @@ def test_config_fields_are_validated_by_name():
     with pytest.raises(ValidationError, match="no advantage estimator named 'nope'"):
         StepwiseAlgoConfig(estimator="nope")
     with pytest.raises(ValidationError, match="field 'gamma'"):
-        StepwiseAlgoConfig(options={"gamma": 1.5})
+        StepwiseAlgoConfig(estimator="stepwise", options={"gamma": 1.5})
+    with pytest.raises(ValidationError, match=r"options \['gamma'\] configure a named estimator: set estimator too"):
+        StepwiseAlgoConfig(options={"gamma": 0.5})
     with pytest.raises(ValidationError, match="GRPO config: field 'gamma': unknown field"):
         StepwiseAlgoConfig(estimator="grpo", options={"gamma": 0.5})
     with pytest.raises(ValidationError, match="missing"):
@@ -155,6 +157,21 @@ def test_a_third_party_estimator_is_picked_by_name(third_party_estimator):
 def test_entry_point_wrapper_names_what_it_runs():
     with pytest.raises(SystemExit, match=r"usage: python -m verifiers_stepwise\.hosts\.prime_rl {rl,orchestrator}"):
         main(["trainer"])
+
+
+def test_no_estimator_named_credits_by_the_kind_the_envs_traces_declare():
+    """``estimator`` unset: each group gets its kind's default (refinement: grpo), or stepwise
+    for traces that declare none, at prime-rl's float32 resolution as a named one is."""
+    by_kind = StepwiseAlgorithm(StepwiseAlgoConfig(), policy_pool=None)
+    for kind, name in (("refinement", "grpo"), (None, "stepwise")):
+        group = [multi_turn([-1.0, 1.0]), multi_turn([1.0])]
+        for episode in group:
+            if kind is not None:
+                episode.traces[0].info["credit_kind"] = kind
+        named = score(algorithm(name), [multi_turn([-1.0, 1.0]), multi_turn([1.0])])
+        scored = score(by_kind, group)
+        assert [read_credit(e.traces[0]).estimator for e in scored] == [name, name]
+        assert node_advantages(scored) == node_advantages(named)
 
 
 def test_grpo_fields_a_run_wide_check_reads():

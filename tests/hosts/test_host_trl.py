@@ -34,7 +34,7 @@ from verifiers_stepwise.traces.credit import score_group
 from verifiers_stepwise.traces.turns import read_turns
 
 KEY_VAR = "STEPWISE_TRL_TEST_KEY"
-REFINE = {"taskset": {"id": "stepwise-refine"}, "max_turns": 3, "threshold": math.inf}
+REFINE = {"taskset": {"id": "stepwise-refine"}, "max_turns": 3, "threshold": math.inf, "turn_cost": 0.0}
 VOWELS = """
 import verifiers.v1 as vf
 
@@ -516,7 +516,11 @@ def test_env_args_set_a_taskset_field_and_keep_the_env_id():
     "flags, message",
     [
         (["--estimator", "stepwize"], "error: --estimator: no advantage estimator named 'stepwize'; installed: "),
-        (["--options", '{"gama": 0.9}'], "error: --options: Stepwise config: field 'gama': unknown field"),
+        (
+            ["--estimator", "stepwise", "--options", '{"gama": 0.9}'],
+            "error: --options: Stepwise config: field 'gama': unknown field",
+        ),
+        (["--options", '{"gamma": 0.9}'], "error: --options: name the estimator they configure with --estimator"),
         (["--env-id", "stepwise-sumz"], "error: --env-id 'stepwise-sumz' with --env-args: taskset 'stepwise-sumz' "),
         (
             ["--env-args", '{"max_turnz": 3}'],

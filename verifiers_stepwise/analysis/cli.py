@@ -104,7 +104,10 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
         help="traces.jsonl files (or vf-eval run directories holding one)",
     )
     adv.add_argument(
-        "--estimator", default="stepwise", help="registered estimator name (default: stepwise; see `vf-stepwise list`)"
+        "--estimator",
+        help="registered estimator name (see `vf-stepwise list`); default: the one for the kind of credit the "
+        "traces' env declares, or stepwise (whose fields the config flags then set) when it declares none "
+        "or a config flag, --gammas or --compare :... is given",
     )
     adv.add_argument(
         "--compare",
@@ -260,7 +263,6 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
 
 def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
-    from verifiers_stepwise.analysis.tracefile import BadInput
 
     paths = [_traces_file(p) for p in args.traces]
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
@@ -269,12 +271,10 @@ def _advantages(args: argparse.Namespace) -> int:
     for path in (output, plot):
         if path is not None:
             _check_output(path, paths)
-    try:
-        collected = _read(paths, args)
-    except BadInput as e:
-        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
-    if not collected.lengths:
-        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+    collected = _collect(paths, args)
+    if main_estimator is None:  # none named: the kind of credit the traces declare decides
+        main_estimator = _kind_estimator(collected.kinds)
+        args.estimator = main_estimator.name
     grouped = collected.grouped()
     configs = [_config(args.estimator, main_estimator, grouped.batch)]
     if compare is not None:
@@ -295,10 +295,17 @@ def _advantages(args: argparse.Namespace) -> int:
     return 0
 
 
-def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimator] | None, list[Estimator]]:
-    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked."""
+def _estimators(args: argparse.Namespace) -> tuple[Estimator | None, tuple[str, Estimator] | None, list[Estimator]]:
+    """The main config, ``--compare``'s (named) and the ``--gammas`` sweep's, each checked. The
+    main config is None when nothing names or configures it: the traces' kind of credit decides."""
     from verifiers_stepwise.analysis.stats import with_gamma
 
+    if args.estimator is None and not (_options(args) or args.gammas or (args.compare or "").startswith(":")):
+        try:
+            return None, _compare(args.compare, "", None) if args.compare else None, []
+        except ConfigError as e:
+            raise CommandError(str(e)) from None
+    args.estimator = args.estimator or "stepwise"
     try:
         main_estimator = args.estimator_class(**_options(args))
         compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
@@ -308,6 +315,31 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator, tuple[str, Estimat
         return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
         raise CommandError(f"--gammas: {e}") from None
+
+
+def _collect(paths: list[Path], args: argparse.Namespace) -> Any:
+    """The traces' turns (``_read``); bad input, or nothing to score, is one CommandError."""
+    from verifiers_stepwise.analysis.tracefile import BadInput
+
+    try:
+        collected = _read(paths, args)
+    except BadInput as e:
+        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
+    if not collected.lengths:
+        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+    return collected
+
+
+def _kind_estimator(kinds: Any) -> Estimator:
+    """The estimator for the kind of credit the traces declare (``traces.kinds``), said on stderr."""
+    from verifiers_stepwise.traces.kinds import CreditKind, estimator_for
+
+    declared = sorted(str(kind) for kind in kinds if kind is not None)
+    if len(declared) > 1:
+        raise CommandError(f"the traces declare several kinds of credit ({', '.join(declared)}): name one --estimator")
+    if declared and declared[0] not in set(CreditKind):
+        raise CommandError(f"the traces declare credit_kind {declared[0]!r}, not one of {', '.join(CreditKind)}")
+    return estimator_for(CreditKind(declared[0]) if declared else None)
 
 
 def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:

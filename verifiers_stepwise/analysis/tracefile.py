@@ -160,6 +160,8 @@ class Collected:
     """Skipped items by problem kind (see PROBLEMS)."""
     problems: list[Problem] = field(default_factory=list)
     """The first MAX_KEPT_PROBLEMS skipped items."""
+    kinds: Counter = field(default_factory=Counter)
+    """Usable traces by the kind of credit they declare (``info["credit_kind"]``; None: none)."""
 
     def grouped(self) -> Grouped:
         """The trajectories reordered group by group (read order inside a group)."""
@@ -351,6 +353,7 @@ class _Reader:
         out.agent.append(agent)
         out.episode_ids.append(episode.id)
         out.trace_ids.append(trace.id)
+        out.kinds[(trace.info or {}).get("credit_kind")] += 1
 
 
 def _name(trace: Any, position: int) -> str:

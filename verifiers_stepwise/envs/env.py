@@ -28,6 +28,16 @@ is 0; an env whose unsolved turns cost reward charges what they would have cost,
 the absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
 (group [−1, +1], [−1, −1, −1], [−1]: the quitter's turn gets +0.33).
 
+Being right sooner. ``turn_cost`` c (0 by default) is charged on every turn after which the env
+asks for another (the answer did not end the episode) and on every forfeited turn: the reward
+r_t becomes r_t − c (a turn recorded by score: φ_t less c for each such turn so far, so the
+difference is r_t − c). Without it an env paying 1 for the answer that ends the episode and 0
+before pays [1] and [0, 1] the same sum, and an estimator that sums an episode (``grpo``, γ 1)
+cannot prefer the shorter. An env whose wrong tries already cost (``incorrect_reward``) needs
+none. ``credit_kind`` declares how the reward is laid over the turns (recorded as
+``trace.info["credit_kind"]``, ``verifiers_stepwise.traces.kinds``), which picks the estimator
+where the user names none.
+
 The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
 runtime: that harness executes nothing itself, so the runtime only provides a working directory
 for task setup. Tools that execute code belong in the task's toolsets, sandboxed by their own
@@ -47,6 +57,7 @@ from pydantic import Field, model_validator
 
 from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
+from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind
 from verifiers_stepwise.traces.turns import append_turn, append_turn_score, append_turn_state, forfeit_turns
 
 __all__ = ["StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "Turn", "TurnResult"]
@@ -62,6 +73,15 @@ class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
     max_calls_per_turn: int = Field(64, ge=1)
     """Model calls (a tool loop) budgeted per turn: with ``agent.max_turns`` unset, the run's
     calls are capped at ``max_turns × max_calls_per_turn`` (module docstring)."""
+    credit_kind: CreditKind | None = None
+    """How the env's reward is laid over its turns (``verifiers_stepwise.traces.kinds``):
+    independent, refinement, states or outcome. Recorded on every trace; a host given no
+    estimator trains with the one measured best for the kind. None: undeclared (the package
+    default estimator)."""
+    turn_cost: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    """Charged on every turn after which the env asks for another, and on every turn a limit
+    took away (module docstring): among episodes that end the same, the shorter earns more, so
+    being right sooner is preferred even by estimators that sum an episode's rewards."""
     exclude_think: bool = False
     """Remove earlier turns' reasoning (``<think>…</think>`` and reasoning fields) from the
     context the model sees on later turns; the current turn keeps its own (Kevin)."""
@@ -170,8 +190,12 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
         return 0.0
 
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
+        cost = self.config.turn_cost
         async with agents.agent.interaction(task) as chat:
+            if self.config.credit_kind is not None:
+                chat.trace.info[CREDIT_KIND] = self.config.credit_kind.value
             message: str | vf.Messages | None = None
+            charged = 0.0  # the cost of the turns so far that asked for another (scores: φ_t − charged)
             for index in range(self.config.max_turns):
                 first = len(chat.trace.nodes)
                 state = self.turn_state(task, index, chat.trace, message)
@@ -179,15 +203,17 @@ class StepwiseMultiTurnEnv(vf.Env[StepwiseMultiTurnEnvConfig]):
                 if segment.terminated:
                     left = self.config.max_turns - index
                     if index > 0 and not chat.trace.errors:  # a limit or @stop refused the next turn
-                        forfeit_turns(chat.trace, left, self.forfeit(task, left))
+                        forfeit_turns(chat.trace, left, self.forfeit(task, left) - cost * left)
                     return
                 nodes = [i for i in range(first, len(chat.trace.nodes)) if chat.trace.nodes[i].sampled]
                 last = index == self.config.max_turns - 1
                 result = await self.env_response(task, Turn(index, segment, chat.trace, last))
+                paid = cost if result.message is not None else 0.0
+                charged += paid
                 if result.score is not None:
-                    append_turn_score(chat.trace, result.score, nodes)
+                    append_turn_score(chat.trace, result.score - charged, nodes)
                 else:
-                    append_turn(chat.trace, result.reward, nodes)  # type: ignore[arg-type]  # one is set
+                    append_turn(chat.trace, result.reward - paid, nodes)  # type: ignore[operator]  # one is set
                 append_turn_state(chat.trace, state)
                 if result.message is None:
                     return

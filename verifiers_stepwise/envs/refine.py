@@ -23,11 +23,16 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+from verifiers_stepwise.traces.kinds import CreditKind
 
 __all__ = ["RefineConfig", "RefineEnv", "score_so_far"]
 
 
 class RefineConfig(StepwiseMultiTurnEnvConfig):
+    credit_kind: CreditKind | None = CreditKind.REFINEMENT
+    turn_cost: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    """Charged on each unsolved turn (``StepwiseMultiTurnEnvConfig``): scores say how good the
+    answer is, not how soon, so without it [1.0] and [0.0, 1.0] would earn the same."""
     threshold: float = 1.0
     """A turn whose score reaches this solves the task and ends the episode (``inf``: never)."""
     feedback: str = Field(

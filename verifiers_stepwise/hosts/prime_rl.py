@@ -66,6 +66,7 @@ from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.extras import requires
 from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import Missing, score_group, write_credit
+from verifiers_stepwise.traces.kinds import default_estimator
 from verifiers_stepwise.traces.turns import TURN_NODES, TURN_REWARDS, Reading
 
 # prime-rl is git-only, so no extra can install it; the adapter needs nothing else.
@@ -91,8 +92,10 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
 
     action_loss_type: ClassVar[ActionLossType] = "rl"
 
-    estimator: str = "stepwise"
-    """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
+    estimator: str | None = None
+    """Registered estimator name (``verifiers_stepwise.available_estimators()``). Unset: the one
+    measured best for the kind of credit the env declares (``traces.kinds``), said once on the
+    orchestrator's stderr; ``stepwise`` for an env that declares none."""
     options: dict[str, float | int | str | bool] = Field(default_factory=dict)
     """Fields of the estimator's own config (``[orchestrator.algo.options] gamma = 0.9``),
     validated by it; unset fields keep its defaults. ``scale = "none"`` centres only, as
@@ -122,8 +125,13 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
             raise ValueError(str(error)) from None
         return self
 
-    def build_estimator(self) -> Estimator:
-        return estimator_from(self)
+    def build_estimator(self) -> Estimator | None:
+        """The named estimator, or None: each group's kind of credit decides (``traces.kinds``)."""
+        if self.estimator is not None:
+            return estimator_from(self)
+        if self.options:
+            raise ValueError(f"options {sorted(self.options)} configure a named estimator: set estimator too")
+        return None
 
 
 class StepwiseAlgorithm(Algorithm):
@@ -133,15 +141,17 @@ class StepwiseAlgorithm(Algorithm):
 
     def __init__(self, config: StepwiseAlgoConfig, policy_pool: Any):
         super().__init__(config, policy_pool)
-        self.name = config.estimator
-        self.estimator = Float32Resolution(config.build_estimator())
+        self.name = config.estimator or TYPE
+        named = config.build_estimator()
+        self.estimator = None if named is None else Float32Resolution(named)
         self.missing = config.missing
         self.reading = config.reading
 
     async def score_group(self, episodes: list[vf.Episode]) -> None:
         if self.reading is None:
             _refuse_unmarked_turn_rewards(episodes)
-        records = score_group(episodes, self.estimator, missing=self.missing, reading=self.reading or "rewards")
+        estimator = self.estimator or Float32Resolution(default_estimator([t for e in episodes for t in e.traces]))
+        records = score_group(episodes, estimator, missing=self.missing, reading=self.reading or "rewards")
         for episode in episodes:
             for trace in episode.traces:
                 if trace.id in records:

@@ -50,6 +50,7 @@ from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.registry import get_estimator
+from verifiers_stepwise.traces.kinds import default_estimator
 from verifiers_stepwise.traces.turns import (
     TURN_SCORES,
     Reading,
@@ -106,7 +107,7 @@ class Credit:
 
 def score_group(
     episodes: Sequence[Episode],
-    estimator: Estimator | str,
+    estimator: Estimator | str | None = None,
     *,
     missing: Missing = "final_turn",
     reading: Reading = "rewards",
@@ -115,8 +116,9 @@ def score_group(
 
     Args:
       episodes: the episodes of one group (one prompt, all its rollouts).
-      estimator: an ``Estimator`` instance, or a registered name such as "stepwise" or
-        "grpo" (its default config).
+      estimator: an ``Estimator`` instance, a registered name such as "stepwise" or "grpo"
+        (its default config), or None: the default for the kind of credit the group's env
+        declares (``traces.kinds``; the package default ``stepwise`` when it declares none).
       missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
         is a turn, the earlier ones with reward 0 and the last with the trace's reward
         ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
@@ -131,7 +133,9 @@ def score_group(
     """
     if missing not in ("final_turn", "error"):
         raise ConfigError(f"missing must be 'final_turn' or 'error', got {missing!r}")
-    if isinstance(estimator, str):
+    if estimator is None:
+        estimator = default_estimator([trace for episode in episodes for trace in episode.traces])
+    elif isinstance(estimator, str):
         estimator = get_estimator(estimator)
     elif not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be an Estimator or a registered name, got {type(estimator).__name__}")

@@ -28,7 +28,7 @@ the last entry instead of verifying the same reply again.
 from __future__ import annotations
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from stepwise_dapo_math.taskset import DAPO_TURNS, DapoMathTask
 from verifiers_stepwise.envs.env import (
@@ -37,6 +37,7 @@ from verifiers_stepwise.envs.env import (
     Turn,
     TurnResult,
 )
+from verifiers_stepwise.traces.kinds import CreditKind
 
 __all__ = ["DapoMathEnv", "DapoMathEnvConfig"]
 
@@ -56,6 +57,13 @@ class DapoMathEnvConfig(StepwiseMultiTurnEnvConfig):
     """What the model is told after a wrong answer."""
     missing_message: str = MISSING
     """What the model is told when no answer could be extracted."""
+
+    @model_validator(mode="after")
+    def _kind_of_credit(self) -> DapoMathEnvConfig:
+        """One attempt is paid at its end (outcome); several are retries (refinement)."""
+        if "credit_kind" not in self.model_fields_set:
+            self.credit_kind = CreditKind.OUTCOME if self.max_turns == 1 else CreditKind.REFINEMENT
+        return self
 
 
 class DapoMathEnv(StepwiseMultiTurnEnv, vf.Env[DapoMathEnvConfig]):

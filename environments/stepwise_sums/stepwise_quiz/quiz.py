@@ -31,11 +31,12 @@ from collections.abc import Iterator
 from typing import Literal
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, model_validator
 from stepwise_sums.sums import SumsTasksetConfig, answer_of, question, split_pairs
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.envs.tasksets import CountedTake
+from verifiers_stepwise.traces.kinds import CreditKind
 
 __all__ = ["QuizConfig", "QuizData", "QuizEnv", "QuizTask", "QuizTaskset", "QuizTasksetConfig"]
 
@@ -102,6 +103,13 @@ class QuizConfig(StepwiseMultiTurnEnvConfig):
     """An upper bound: the quiz ends after its last question."""
     reward_at: Literal["turn", "end"] = "turn"
     """``turn``: each answer its own reward; ``end``: the count of right answers on the last turn."""
+
+    @model_validator(mode="after")
+    def _kind_of_credit(self) -> QuizConfig:
+        """Paid per answer the questions are independent credit; paid at the end, outcome."""
+        if "credit_kind" not in self.model_fields_set:
+            self.credit_kind = CreditKind.INDEPENDENT if self.reward_at == "turn" else CreditKind.OUTCOME
+        return self
 
 
 class QuizEnv(StepwiseMultiTurnEnv, vf.Env[QuizConfig]):

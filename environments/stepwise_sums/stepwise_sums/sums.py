@@ -44,6 +44,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.envs.tasksets import CountedTake
+from verifiers_stepwise.traces.kinds import CreditKind
 
 __all__ = [
     "SumsConfig",
@@ -164,6 +165,7 @@ class SumsConfig(StepwiseMultiTurnEnvConfig):
     ``closeness``: a turn's score is its answer's closeness (``turn_scores``, module docstring)."""
     incorrect_reward: float = Field(-1.0, allow_inf_nan=False)
     """A wrong try's reward under ``solved``: −1 as in DAPO; 0 pays only the answer."""
+    credit_kind: CreditKind | None = CreditKind.REFINEMENT
 
 
 class SumsEnv(StepwiseMultiTurnEnv, vf.Env[SumsConfig]):

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.envs.tasksets import CountedTake
+from verifiers_stepwise.traces.kinds import CreditKind
 
 __all__ = ["WalkConfig", "WalkData", "WalkEnv", "WalkTask", "WalkTaskset", "WalkTasksetConfig", "position", "step_of"]
 
@@ -109,6 +110,7 @@ class WalkTaskset(CountedTake, vf.Taskset[WalkTask, WalkTasksetConfig]):
 class WalkConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(3, ge=1)
     """Steps before the walk gives up (a distance of 10 or 11 takes two)."""
+    credit_kind: CreditKind | None = CreditKind.STATES
 
 
 class WalkEnv(StepwiseMultiTurnEnv, vf.Env[WalkConfig]):

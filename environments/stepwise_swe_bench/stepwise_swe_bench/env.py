@@ -15,6 +15,7 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
+from verifiers_stepwise.traces.kinds import CreditKind
 
 from .grading import PatchError, RewardMode, RoundGrade, feedback, grade, model_patch, round_reward
 from .taskset import SWE_INFO, SweBenchTask
@@ -28,6 +29,10 @@ MAX_RECORDED_PATCH = 200_000
 class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
     max_turns: int = Field(3, ge=1)
     """Rounds per episode (``--env.max-turns``): graded attempts at the issue."""
+    credit_kind: CreditKind | None = CreditKind.REFINEMENT
+    turn_cost: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    """Charged on each unresolved round (``StepwiseMultiTurnEnvConfig``), so that resolving in
+    the first round earns more than in the last."""
     reward: RewardMode = "resolved"
     """Round reward: swebench's resolved verdict (1/0), or partial credit (the share of
     FAIL_TO_PASS tests that pass, 0 if any PASS_TO_PASS test breaks)."""

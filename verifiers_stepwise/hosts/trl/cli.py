@@ -50,7 +50,10 @@ __all__ = ["HostArguments", "Run", "blueprint", "main"]
 class HostArguments:
     env_id: str = field(default="stepwise-refine", metadata={"help": "verifiers env id (taskset id) to train on"})
     env_args: str = field(default="{}", metadata={"help": "JSON: the env's config fields, e.g. '{\"max_turns\": 3}'"})
-    estimator: str = field(default="stepwise", metadata={"help": "registered advantage estimator name"})
+    estimator: str | None = field(
+        default=None,
+        metadata={"help": "registered advantage estimator name (default: the one for the env's kind of credit)"},
+    )
     options: str = field(
         default="{}", metadata={"help": "JSON: the estimator's config fields, e.g. '{\"gamma\": 0.9}'"}
     )
@@ -88,7 +91,8 @@ class Run:
     """TRL's ``ModelConfig`` (``--dtype``, LoRA)."""
     env: dict[str, Any]
     eval_env: dict[str, Any] | None
-    estimator: Estimator
+    estimator: Estimator | None
+    """None: the default for the env's kind of credit (``traces.kinds``)."""
 
 
 def blueprint(argv: Sequence[str] | None = None) -> Run:
@@ -132,8 +136,10 @@ def blueprint(argv: Sequence[str] | None = None) -> Run:
     except ConfigError as error:
         raise ConfigError(f"--format: {error}") from None
     options = options_json(host.options, "--options")
+    if host.estimator is None and options:
+        raise ConfigError("--options: name the estimator they configure with --estimator")
     try:
-        estimator = get_estimator(host.estimator, **options)
+        estimator = None if host.estimator is None else get_estimator(host.estimator, **options)
     except UnknownEstimator as error:
         raise ConfigError(f"--estimator: {error}") from None
     except ConfigError as error:
@@ -178,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     trainer.save_model(str(output))
     trainer.create_model_card()
     (output / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    title = f"{run.host.env_id} · {run.host.estimator}"
+    title = f"{run.host.env_id} · {trainer.estimator.name or type(trainer.estimator).__name__}"
     print(f"reward curve: {plot_reward_curve(trainer.state.log_history, output / 'reward_curve.png', title)}")
     return trainer
 

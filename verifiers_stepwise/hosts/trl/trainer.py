@@ -42,6 +42,7 @@ from verifiers_stepwise.hosts.trl.inference import LocalInference
 from verifiers_stepwise.hosts.trl.inference.endpoint import GenerateFn
 from verifiers_stepwise.hosts.trl.inference.model import contiguous_output_embeddings
 from verifiers_stepwise.hosts.trl.rollout import EpisodeSample, score_groups
+from verifiers_stepwise.traces.kinds import estimator_for
 from verifiers_stepwise.traces.turns import Reading
 
 __all__ = ["Batch", "StepwiseGRPOTrainer", "episode_reward", "task_rows"]
@@ -81,7 +82,9 @@ class StepwiseGRPOTrainer(GRPOTrainer):
       args: TRL's ``GRPOConfig``. ``temperature``, ``top_p`` and ``max_completion_length`` (per model
         call) become the episodes' sampling settings.
       processing_class: the tokenizer.
-      estimator, options: a registered estimator name and its config fields, or an ``Estimator``.
+      estimator, options: a registered estimator name and its config fields, or an ``Estimator``;
+        None (the default): the one measured best for the env's kind of credit
+        (``config.credit_kind``, ``traces.kinds``), said on stderr.
       reading: how ``trace.info["turn_rewards"]`` is read, "rewards" or "scores" (``score_group``).
       format: how conversations become tokens: ``"text"`` (a plain document, replies end at a
         newline: for base models and completion-style envs such as ``stepwise-sums``) or
@@ -103,7 +106,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         *,
         args: GRPOConfig,
         processing_class: Any,
-        estimator: str | Estimator = "stepwise",
+        estimator: str | Estimator | None = None,
         options: Mapping[str, Any] | None = None,
         reading: Reading = "rewards",
         format: str = "text",
@@ -113,9 +116,13 @@ class StepwiseGRPOTrainer(GRPOTrainer):
     ) -> None:
         if "train_dataset" in kwargs or "eval_dataset" in kwargs:
             raise ConfigError("StepwiseGRPOTrainer: the datasets are the envs' tasks; pass env= and eval_env=")
-        self.estimator = get_estimator(estimator, **(options or {})) if isinstance(estimator, str) else estimator
         self.reading = reading
         self.env = _load(env)
+        if estimator is None:  # the env's kind of credit decides, and says so
+            if options:
+                raise ConfigError("StepwiseGRPOTrainer: options= configure a named estimator; pass estimator= too")
+            estimator = estimator_for(getattr(self.env.config, "credit_kind", None))
+        self.estimator = get_estimator(estimator, **(options or {})) if isinstance(estimator, str) else estimator
         self.tasks = list(self.env.taskset)
         self.eval_env = None if eval_env is None else _load(eval_env)
         self.eval_tasks = [] if self.eval_env is None else list(self.eval_env.taskset)
