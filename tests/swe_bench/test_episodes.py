@@ -6,12 +6,13 @@ scenarios share a run):
 
 - semverlite: rollout A fixes the bug in round 1 -> resolved, turn rewards [1]; rollout B cheats
   instead: a root conftest.py that marks every test passed, then a pytest.ini plugin -> both
-  rounds rejected with the reason recorded, [0, 0];
+  rounds rejected with the reason recorded, [-0.1, 0] (an unresolved round that leads to another
+  costs the env's turn_cost, 0.1);
 - intervals: rollout A "fixes" it by also merging intervals one apart, which breaks a
   PASS_TO_PASS test -> never resolved; rollout B attacks the sandbox through ``bash`` and then
   runs out of its step budget;
-- slugs: rollout A needs two rounds (the feedback names the test still failing) -> [0, 1];
-  rollout B never changes anything -> [0, 0]; the stepwise advantages credit A's second round.
+- slugs: rollout A needs two rounds (the feedback names the test still failing) -> [-0.1, 1];
+  rollout B never changes anything -> [-0.1, 0]; the stepwise advantages credit A's second round.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import json
 
 import pytest
 import verifiers.v1 as vf
+from stepwise_swe_bench.env import SweBenchEnvConfig
 from stepwise_swe_bench.grading import hidden_lines
 from stepwise_swe_bench.instances import load_instances
 
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind, default_for
 from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import containers, loopback_server, need
@@ -34,6 +37,7 @@ from .conftest import containers, loopback_server, need
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-host-secret-5d1e7a"
+COST = SweBenchEnvConfig().turn_cost
 TASKS = ["stepwise__semverlite-12", "stepwise__intervals-1", "stepwise__slugs-21"]
 
 
@@ -171,7 +175,7 @@ def test_changing_the_test_machinery_scores_0_with_the_reason(run):
     repository; now the diff is rejected before any test runs, each round, with the reason."""
     cheat, _ = by_rollout(run["groups"][0], "pytest_runtest_makereport")
     assert cheat.ok, cheat.errors
-    assert cheat.info["turn_rewards"] == [0.0, 0.0] and cheat.rewards["resolved"].score == 0.0
+    assert cheat.info["turn_rewards"] == [-COST, 0.0] and cheat.rewards["resolved"].score == 0.0
     first, second = cheat.info["swe_bench"]["rounds"]
     assert "conftest.py is a pytest conftest.py" in first["rejected"]
     assert "pytest.ini is a pytest configuration file" in second["rejected"]
@@ -185,7 +189,7 @@ def test_changing_the_test_machinery_scores_0_with_the_reason(run):
 
 def test_breaking_a_pass_to_pass_test_is_not_resolved(run):
     broken, _ = by_rollout(run["groups"][1], "merged[-1][1] + 1")
-    assert broken.ok and broken.info["turn_rewards"] == [0.0, 0.0]
+    assert broken.ok and broken.info["turn_rewards"] == [-COST, 0.0]
     assert broken.rewards["resolved"].score == 0.0
     first, second = broken.info["swe_bench"]["rounds"]
     assert first["rejected"] is None and first["log_parsed"], first
@@ -215,7 +219,7 @@ def test_attacks_through_tools_fail_safely_and_are_recorded(run):
     # model call carrying it was refused by the budget stop, so only the record has it.
     assert "This round's step or time budget is used up" in transcript
     # Both rounds were graded; the budget then ended the episode.
-    assert attacker.info["turn_rewards"] == [0.0, 0.0]
+    assert attacker.info["turn_rewards"] == [-COST, 0.0]
     assert attacker.stop_condition == "out_of_budget"
     assert attacker.metrics["steps"] == 13
 
@@ -223,8 +227,8 @@ def test_attacks_through_tools_fail_safely_and_are_recorded(run):
 def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     group = run["groups"][2]
     fixed, idle = by_rollout(group, "strip(separator)")
-    assert fixed.info["turn_rewards"] == [0.0, 1.0]
-    assert idle.info["turn_rewards"] == [0.0, 0.0]
+    assert fixed.info["turn_rewards"] == [-COST, 1.0]
+    assert idle.info["turn_rewards"] == [-COST, 0.0]
     first = fixed.info["swe_bench"]["rounds"][0]
     assert first["fail_to_pass"]["failure"] == ["tests/test_slugify.py::test_no_separator_at_the_ends"]
     feedback = [m.content for m in fixed.messages if m.role == "user"][1]
@@ -238,6 +242,22 @@ def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
         (advantages[0], advantages[1]) if traces(group)[0] is fixed else (advantages[1], advantages[0])
     )
     assert fixed_adv[1] > fixed_adv[0] > max(idle_adv)
+
+
+def test_resolving_sooner_is_credited_above_resolving_later_by_the_kinds_default(run):
+    """The env declares refinement credit; its default credits the round-1 fix (semverlite's
+    [1]) above the first round of the round-2 fix (slugs' [-0.1, 1]), as one group: without the
+    turn cost both sum to 1 and ``grpo`` could not tell them apart (tests/test_right_sooner.py)."""
+    (sooner, _), (later, _) = (
+        by_rollout(run["groups"][0], "key=Version.parse"),
+        by_rollout(run["groups"][2], "strip(separator)"),
+    )
+    assert {sooner.info[CREDIT_KIND], later.info[CREDIT_KIND]} == {CreditKind.REFINEMENT}
+    chosen = default_for(CreditKind.REFINEMENT)
+    now, then = get_estimator(chosen.estimator, **chosen.options)(
+        [read_turns(sooner).rewards, read_turns(later).rewards]
+    )
+    assert now[0] > then[0]
 
 
 def test_every_episode_is_recorded_and_cleaned_up(run):

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from stepwise_swe_bench.env import SweBenchEnvConfig
 from stepwise_swe_bench.instances import load_instances
 
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
@@ -20,6 +21,8 @@ from verifiers_stepwise.testing.vf_eval import run_vf_eval
 from .conftest import containers, need
 from .grading_attacks import VERDICT_FLAGGED, VERDICT_PAYLOADS
 from .kernel_attacks import KEYRING_PROBE, KEYRING_REFUSED, MEMFD
+
+COST = SweBenchEnvConfig().turn_cost
 
 pytestmark = pytest.mark.slow
 
@@ -197,7 +200,7 @@ def test_the_gold_fix_scores_1_in_the_same_run(rollouts):
 @pytest.mark.parametrize("name", sorted(VERDICT_PAYLOADS))
 def test_the_payloads_that_forged_the_verdict_score_0(rollouts, name):
     rollout = rollouts[f"verdict-{name}"]
-    assert rollout["turn_rewards"] == [0.0, 0.0]
+    assert rollout["turn_rewards"] == [-COST, 0.0]  # round 1 led to another: the turn cost
     tampered = rollout["rounds"][0]["tampered"]
     if name in VERDICT_FLAGGED:  # the decoys stayed: the always-true == passed them
         assert tampered is not None and "(passed)" in tampered
@@ -239,7 +242,7 @@ def test_the_grading_container_cannot_hand_the_hidden_tests_to_the_model(rollout
     looked = outputs(rollout)[-1]
     assert looked == "end\n", looked
     assert not [line for line in INSTANCE.test_patch.splitlines() if "test_collapses" in line and line in looked]
-    assert rollout["turn_rewards"] == [0.0, 0.0]
+    assert rollout["turn_rewards"] == [-COST, 0.0]  # round 1 led to another: the turn cost
 
 
 def test_every_container_is_removed(rollouts):
