@@ -5,6 +5,7 @@
     python benchmarks/credit_suite.py --task states --out benchmarks/results/credit_suite/states
     python benchmarks/credit_suite.py --task outcome --out benchmarks/results/credit_suite/outcome
     python benchmarks/credit_suite.py --task states --out /tmp/try --seeds 0 --steps 1 --methods grpo  # a smoke run
+    python benchmarks/credit_suite.py --task states --out benchmarks/results/credit_suite/states --replies 6
 
 Each command trains Gemma 3 270M (from PyPI, float32, a LoRA adapter r 16 on every linear
 layer) with the TRL host's ``StepwiseGRPOTrainer`` on one task, once per method and seed, every
@@ -34,7 +35,9 @@ the training success and how many wrong turns the credit pushed up and right tur
 down (``misdirected``). The decision rule (``RULE``) is written into the
 results file before the first run. Results: ``<out>/runs/<method>-<seed>.json`` as each run ends
 (a rerun skips the runs already there, so a stopped command resumes), then ``results.json``,
-``results.md`` and ``curves.png``.
+``results.md`` and ``curves.png``. ``--replies N`` instead writes ``<out>/replies.md``: the
+untrained model's conversations on the first N held-out tasks, with each turn's reward, to read
+before trusting a curve.
 """
 
 from __future__ import annotations
@@ -176,6 +179,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="local transformers model (default: the PyPI Gemma)")
     parser.add_argument(
         "--workers", type=int, default=min(2, len(os.sched_getaffinity(0))), help="runs in parallel, a core share each"
+    )
+    parser.add_argument(
+        "--replies", type=int, metavar="N", help="write the untrained model's replies on N held-out tasks"
     )
     args = parser.parse_args(argv)
     args.methods = args.methods or TASKS[args.task].methods
@@ -448,10 +454,40 @@ def pin(cores) -> None:
     torch.set_num_threads(len(mine))
 
 
+def write_replies(args: argparse.Namespace) -> Path:
+    """The untrained model's episodes on the first ``--replies`` held-out tasks, as it saw them."""
+    import verifiers.v1 as vf
+
+    from verifiers_stepwise.traces.turns import read_turns
+
+    trainer = make_trainer(args, args.methods[0], args.seeds[0], 0)
+    try:
+        env = vf.load_environment(vf.resolve_env_config(env_config(args.task, "test")))
+        groups = trainer.run_episodes(list(env.taskset)[: args.replies], 1, env=env)
+    finally:
+        trainer.close()
+    lines = [f"# {args.task}: the untrained model's replies ({TASKS[args.task].env['taskset']['id']}, held-out)", ""]
+    for (episode,) in groups:
+        trace = next(t for t in episode.traces if t.agent.trainable)
+        lines += [
+            f"## {trace.task.data.id}: success {trace.reward}, turn rewards {read_turns(trace).rewards}",
+            "",
+            "```",
+        ]
+        lines += [f"[{m.role}] {m.content}" for m in trace.messages if m.role in ("user", "assistant")]
+        lines += ["```", ""]
+    path = args.out / "replies.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replies:
+        print(write_replies(args))
+        return
     results = args.out / "results.json"
     if not results.exists():  # the rule and the plan are on disk before the first run
         plan = {
