@@ -474,7 +474,7 @@ def write_replies(args: argparse.Namespace) -> Path:
             "",
             "```",
         ]
-        lines += [f"[{m.role}] {m.content}" for m in trace.messages if m.role in ("user", "assistant")]
+        lines += [f"[{m.role}] {m.content or '(no text)'}" for m in trace.messages if m.role in ("user", "assistant")]
         lines += ["```", ""]
     path = args.out / "replies.md"
     path.write_text("\n".join(lines))
