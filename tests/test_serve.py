@@ -3,6 +3,7 @@ and driven by its ``EnvClient``."""
 
 from __future__ import annotations
 
+import pytest
 import verifiers.v1 as vf
 from stepwise_refine.arithmetic import ArithmeticTaskset
 
@@ -32,7 +33,9 @@ async def test_env_server_and_client_run_refine_episodes(monkeypatch):
     assert all(isinstance(e, vf.Episode) and e.ok for e in group)
     assert deltas  # the traces streamed in turn by turn
     scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
-    assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
+    # solved on the last turn; each turn before it asked for another and cost config.turn_cost
+    assert [len(r) for r in scores] == [1, 2, 3]
+    assert all(r[-1] == pytest.approx(1.0 - config.turn_cost * (len(r) - 1)) for r in scores)
     assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
     advantages = [credit.advantages for credit in score_group(group, "stepwise").values()]
     assert advantages == get_estimator("stepwise")([read_turns(e.traces[0]).rewards for e in group])

@@ -81,6 +81,8 @@ async def test_a_refine_episode_runs_through_stepwise_chat_on_this_verifiers(mon
             group = [await client.run(**run) for _ in range(2)]
     assert all(e.ok for e in group), [e.errors for e in group]
     scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
-    assert [len(r) for r in scores] == [1, 2] and all(r[-1] == 1.0 for r in scores)
+    # solved on the last turn; each turn before it asked for another and cost config.turn_cost
+    assert [len(r) for r in scores] == [1, 2]
+    assert all(r[-1] == pytest.approx(1.0 - config.turn_cost * (len(r) - 1)) for r in scores)
     assert all(read_turns(e.traces[0]).rewards == score_differences(e.traces[0].info["turn_scores"]) for e in group)
     assert all(e.traces[0].verifiers.version == str(INSTALLED) for e in group)

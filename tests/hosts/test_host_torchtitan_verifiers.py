@@ -28,6 +28,7 @@ from torchtitan.experiments.rl.rollout.types import Rollout, RolloutGroup, Rollo
 from torchtitan.experiments.rl.types import Completion
 
 from verifiers_stepwise import ConfigError, RewardError, get_estimator, score_group, write_credit
+from verifiers_stepwise.envs.refine import RefineConfig
 from verifiers_stepwise.hosts.torchtitan import (
     TURN_REWARD,
     StepwiseAdvantage,
@@ -200,9 +201,11 @@ def test_refine_through_the_rollouter_with_gamma(renderer):
     plans = {0: ["400", "391"], 1: ["300", "390", "391"], 2: ["391"]}
     group, episodes = run_group(rollouter, renderer, plans, sample)
     assert [len(e.traces[0].info["turn_scores"]) for e in episodes] == [2, 3, 1]  # refine records scores
-    # torchtitan receives each turn's reward: what the turn improved on the score before it
+    # torchtitan receives each turn's reward: what the turn improved on the score before it, less
+    # the env's turn cost where the turn did not solve the task
     rewards = [read_turns(e.traces[0]).rewards for e in episodes]
-    assert rewards[0] == pytest.approx([1 - 9 / 391, 9 / 391]) and rewards[2] == [1.0]
+    cost = RefineConfig().turn_cost
+    assert rewards[0] == pytest.approx([1 - 9 / 391 - cost, 9 / 391]) and rewards[2] == [1.0]
     assert [[t.env_rewards[TURN_REWARD] for t in r.turns] for r in group.rollouts] == rewards
     estimator = get_estimator("stepwise", gamma=0.5, baseline="per_turn")
     assert [c.advantages for c in score_group(episodes, estimator).values()] == [
