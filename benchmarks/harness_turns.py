@@ -4,8 +4,8 @@ built-in ``null`` harness, in the same run, against a local server that answers 
     pip install -e ".[bench]"          # uv, which the null harness runs its program with
     python benchmarks/harness_turns.py [--episodes 10] [--null-episodes 4] [--json out.json]
 
-The env is ``stepwise-refine`` on the bundled arithmetic taskset with ``threshold=inf`` and
-``max_turns=4``, so every episode takes exactly four turns; only ``--env.agent.harness.id``
+The env is ``stepwise-refine`` on the bundled arithmetic taskset with ``threshold=inf``,
+``max_turns=4`` and no turn cost, so every episode takes exactly four turns scored 0; only ``--env.agent.harness.id``
 differs. The model server runs in its own process. The null harness needs ``uv`` and, on its
 first episode, the package index (its program's dependencies are installed once); that
 episode is reported separately as warm-up and not timed. Each harness also gets one untimed
@@ -64,6 +64,7 @@ async def measure(harness: str, base_url: str, episodes: int) -> dict:
         taskset={"id": "stepwise-refine"},
         threshold=math.inf,
         max_turns=TURNS,
+        turn_cost=0.0,
         agent={"harness": {"id": harness}, "runtime": {"type": "subprocess"}},
     )
     env = TimedRefine(config)
