@@ -246,7 +246,9 @@ def main() -> None:
 
         from verifiers_stepwise.hosts.prime_rl import StepwiseAlgoConfig, StepwiseAlgorithm
 
-        algorithm = StepwiseAlgorithm(StepwiseAlgoConfig(estimator="stepwise", options={"gamma": 0.4}), policy_pool=None)
+        algorithm = StepwiseAlgorithm(
+            StepwiseAlgoConfig(estimator="stepwise", options={"gamma": 0.4}), policy_pool=None
+        )
         grpo = GRPOAlgorithm(GRPOAlgoConfig(), policy_pool=None)
         paths["stepwise: StepwiseAlgorithm.score_group"] = lambda group: _drive(algorithm.score_group(group))
         prime_rl_paths["prime-rl GRPOAlgorithm.score_group"] = lambda group: _drive(grpo.score_group(group))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_stepwise import get_estimator, read_credit, score_group
+from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 from verifiers_stepwise.traces.turns import read_turns
@@ -48,7 +48,20 @@ def rewards_of(group):
 @pytest.mark.slow
 def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     run = run_vf_eval(
-        ["stepwise-refine", "-n", "3", "-r", "2", "--env.max-turns", "3", "--sampling.temperature", "0.7"],
+        # the scores alone: no turn cost (tests/test_right_sooner.py shows what the 0.1 default adds)
+        [
+            "stepwise-refine",
+            "-n",
+            "3",
+            "-r",
+            "2",
+            "--env.max-turns",
+            "3",
+            "--sampling.temperature",
+            "0.7",
+            "--env.turn-cost",
+            "0",
+        ],  # fmt: skip
         server.base_url,
         output_dir=tmp_path,
         env={"HOME": str(tmp_path)},
@@ -76,7 +89,8 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
     stepwise = get_estimator("stepwise")
     for group in (multiply, divide, power):
         scored = [e for e in group if e.ok]
-        advantages = [credit.advantages for credit in score_group(group, "stepwise").values()]
+        records = score_group(group, "stepwise")
+        advantages = [credit.advantages for credit in records.values()]
         expected = stepwise([read_turns(e.traces[0]).rewards for e in scored])
         assert [a for a, e in zip(advantages, group) if e.ok] == expected
         for episode, values in zip(group, advantages):
@@ -84,15 +98,17 @@ def test_vf_eval_stepwise_refine_offline(server, tmp_path):
             # Eval-client traces carry no token ids: nothing is written on nodes, nothing crashes.
             assert all(not n.token_ids and n.advantages is None for n in trace.nodes)
             if episode.ok:
-                assert read_credit(trace).advantages == values
+                assert records[trace.id].advantages == values
             else:
-                assert values == [] and read_credit(trace).excluded
+                assert values == [] and records[trace.id].excluded
     # Recorded as scores, an undiscounted return from turn 0 is the final score: both multiply
     # rollouts end right, so neither first turn is preferred, and the turn that fixed the near
     # miss earns its gain; divide's second rollout ends below 1.0 and loses.
-    credit = sorted((read_credit(e.traces[0]).advantages for e in multiply), key=len)
+    records = score_group(multiply, "stepwise")
+    credit = sorted((records[e.traces[0].id].advantages for e in multiply), key=len)
     assert credit == [[pytest.approx(0.0, abs=1e-12)], [pytest.approx(0.0, abs=1e-12), pytest.approx(9 / 391 / 2)]]
-    assert any(min(read_credit(e.traces[0]).advantages) < 0 for e in divide)
+    records = score_group(divide, "stepwise")
+    assert any(min(records[e.traces[0].id].advantages) < 0 for e in divide)
 
 
 @pytest.mark.slow
@@ -106,8 +122,9 @@ def test_vf_eval_any_taskset_with_env_id_stepwise_refine(server, tmp_path):
     assert run.run_dir.name.startswith("stepwise-refine+reverse-words--local-model--stepwise-chat--")
     four, three = by_task(run.episodes)
     assert four[0].env.id == "stepwise-refine+reverse-words"
-    assert four[0].traces[0].info["turn_scores"] == [0.5, 1.0]
-    assert read_turns(four[0].traces[0]).rewards == [0.5, 0.5]
+    # the first turn asked for another: the turn cost (0.1) is charged on it
+    assert four[0].traces[0].info["turn_scores"] == pytest.approx([0.4, 0.9])
+    assert read_turns(four[0].traces[0]).rewards == pytest.approx([0.4, 0.5])
     assert read_turns(three[0].traces[0]).rewards == [1.0]
     assert four[0].traces[0].rewards["in_place"].score == 1.0  # the task's own reward at close
     (second,) = [b for b in server.chat_requests if "one two three four" in str(b) and len(b["messages"]) == 3]

@@ -289,12 +289,14 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     by_trace: dict[str, list[dict]] = {}
     for row in rows:
         by_trace.setdefault(row["episode"], []).append(row)
-    # The near miss 400 repeated four times: its score 0.98 counts once, as the first turn's gain.
-    near_miss = [t for t in by_trace.values() if [round(r["reward"], 2) for r in t] == [0.98, 0.0, 0.0, 0.0]]
+    assert "no estimator named; credit kind refinement -> grpo()" in result.stderr
+    # The near miss 400 repeated four times: its score 0.98 counts once, as the first turn's gain,
+    # and every turn that asked for another costs 0.1; grpo gives all four turns one advantage.
+    near_miss = [t for t in by_trace.values() if [round(r["reward"], 2) for r in t] == [0.88, -0.1, -0.1, -0.1]]
     right_at_once = [
         t
         for t in by_trace.values()
         if [r["reward"] for r in t] == [1.0] and t[0]["group_id"] == near_miss[0][0]["group_id"]
     ]
-    assert [round(r["advantage"], 2) for r in near_miss[0]] == [0.48, 0.0, 0.0, 0.0]
-    assert round(right_at_once[0][0]["advantage"], 2) == 0.50
+    assert [round(r["advantage"], 2) for r in near_miss[0]] == [0.62] * 4
+    assert round(right_at_once[0][0]["advantage"], 2) == 1.32
