@@ -520,7 +520,7 @@ def test_env_args_set_a_taskset_field_and_keep_the_env_id():
             ["--estimator", "stepwise", "--options", '{"gama": 0.9}'],
             "error: --options: Stepwise config: field 'gama': unknown field",
         ),
-        (["--options", '{"gamma": 0.9}'], "error: --options: name the estimator they configure with --estimator"),
+        (["--options", '{"gama": 0.9}'], "error: --options: Stepwise config: field 'gama': unknown field"),
         (["--env-id", "stepwise-sumz"], "error: --env-id 'stepwise-sumz' with --env-args: taskset 'stepwise-sumz' "),
         (
             ["--env-args", '{"max_turnz": 3}'],

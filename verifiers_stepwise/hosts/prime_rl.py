@@ -95,7 +95,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     estimator: str | None = None
     """Registered estimator name (``verifiers_stepwise.available_estimators()``). Unset: the one
     measured best for the kind of credit the env declares (``traces.kinds``), said once on the
-    orchestrator's stderr; ``stepwise`` for an env that declares none."""
+    orchestrator's stderr; ``stepwise`` for an env that declares none, or when ``options`` are set."""
     options: dict[str, float | int | str | bool] = Field(default_factory=dict)
     """Fields of the estimator's own config (``[orchestrator.algo.options] gamma = 0.9``),
     validated by it; unset fields keep its defaults. ``scale = "none"`` centres only, as
@@ -126,12 +126,11 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
         return self
 
     def build_estimator(self) -> Estimator | None:
-        """The named estimator, or None: each group's kind of credit decides (``traces.kinds``)."""
-        if self.estimator is not None:
-            return estimator_from(self)
-        if self.options:
-            raise ValueError(f"options {sorted(self.options)} configure a named estimator: set estimator too")
-        return None
+        """The named estimator (options alone configure ``stepwise``), or None when neither is
+        set: each group's kind of credit decides (``traces.kinds``)."""
+        if self.estimator is None and not self.options:
+            return None
+        return estimator_from(self.model_copy(update={"estimator": self.estimator or "stepwise"}))
 
 
 class StepwiseAlgorithm(Algorithm):

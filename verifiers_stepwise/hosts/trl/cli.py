@@ -136,10 +136,10 @@ def blueprint(argv: Sequence[str] | None = None) -> Run:
     except ConfigError as error:
         raise ConfigError(f"--format: {error}") from None
     options = options_json(host.options, "--options")
-    if host.estimator is None and options:
-        raise ConfigError("--options: name the estimator they configure with --estimator")
-    try:
-        estimator = None if host.estimator is None else get_estimator(host.estimator, **options)
+    try:  # neither named nor configured: the env's kind of credit decides; --options alone: stepwise
+        estimator = (
+            None if host.estimator is None and not options else get_estimator(host.estimator or "stepwise", **options)
+        )
     except UnknownEstimator as error:
         raise ConfigError(f"--estimator: {error}") from None
     except ConfigError as error:

@@ -84,7 +84,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
       processing_class: the tokenizer.
       estimator, options: a registered estimator name and its config fields, or an ``Estimator``;
         None (the default): the one measured best for the env's kind of credit
-        (``config.credit_kind``, ``traces.kinds``), said on stderr.
+        (``config.credit_kind``, ``traces.kinds``), said on stderr; ``stepwise`` if options are given.
       reading: how ``trace.info["turn_rewards"]`` is read, "rewards" or "scores" (``score_group``).
       format: how conversations become tokens: ``"text"`` (a plain document, replies end at a
         newline: for base models and completion-style envs such as ``stepwise-sums``) or
@@ -118,11 +118,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
             raise ConfigError("StepwiseGRPOTrainer: the datasets are the envs' tasks; pass env= and eval_env=")
         self.reading = reading
         self.env = _load(env)
-        if estimator is None:  # the env's kind of credit decides, and says so
-            if options:
-                raise ConfigError("StepwiseGRPOTrainer: options= configure a named estimator; pass estimator= too")
+        if estimator is None and not options:  # the env's kind of credit decides, and says so
             estimator = estimator_for(getattr(self.env.config, "credit_kind", None))
-        self.estimator = get_estimator(estimator, **(options or {})) if isinstance(estimator, str) else estimator
+        if estimator is None or isinstance(estimator, str):  # options alone configure stepwise
+            estimator = get_estimator(estimator or "stepwise", **(options or {}))
+        self.estimator = estimator
         self.tasks = list(self.env.taskset)
         self.eval_env = None if eval_env is None else _load(eval_env)
         self.eval_tasks = [] if self.eval_env is None else list(self.eval_env.taskset)
