@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from tests.hosts.conftest import needs_prime_rl
 from tests.hosts.prime_rl_episodes import multi_turn, score, single_turn
 from verifiers_stepwise import get_estimator, read_credit
+from verifiers_stepwise.envs.refine import RefineConfig
 from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.hosts.prime_rl import MODULE, StepwiseAlgoConfig, StepwiseAlgorithm, register
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
@@ -251,7 +252,10 @@ def test_env_server_serves_refine_episodes_and_the_first_group_is_scored(tmp_pat
         server.wait(30)
     assert all(e.ok for e in group), (tmp_path / "env-server.log").read_text()[-3000:]
     scores = sorted((e.traces[0].info["turn_scores"] for e in group), key=len)  # refine records scores
-    assert [len(r) for r in scores] == [1, 2, 3] and all(r[-1] == 1.0 for r in scores)
+    # solved on the last turn; each turn before it asked for another and cost the env's turn cost
+    cost = RefineConfig().turn_cost
+    assert [len(r) for r in scores] == [1, 2, 3]
+    assert all(r[-1] == pytest.approx(1.0 - cost * (len(r) - 1)) for r in scores)
     algo = build_algorithm(source.algo, None)
     asyncio.run(algo.finalize_group(group))
     credit = [read_credit(e.traces[0]) for e in group]
