@@ -128,6 +128,34 @@ def test_a_hub_that_does_not_answer_is_read_from_the_cache_in_offline_mode(monke
     assert not constants.HF_HUB_OFFLINE and not datasets.config.HF_HUB_OFFLINE
 
 
+def test_a_hub_that_answers_with_an_error_status_is_reachable(monkeypatch):
+    """Any answer counts: a 404 or 503 from the endpoint is a hub that answers (the loader then
+    asks it, and its own errors name what went wrong), only silence sends the loader offline."""
+    import http.server
+    import threading
+
+    from huggingface_hub import constants
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    try:
+        assert hub_reachable()
+    finally:
+        server.server_close()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert not hub_reachable()  # offline mode: no probe at all
+
+
 def test_presets_name_aime_style_sets():
     assert {"dapo-math-17k", "aime-2024", "aime-2025", "aime-2022-2024"} <= set(PRESETS)
 

@@ -232,15 +232,23 @@ HUB_PROBE_TIMEOUT_S = 3.0
 
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
     """Whether the Hugging Face hub (``HF_ENDPOINT``) answers one HEAD request within ``timeout``
-    seconds, whatever the status; False at once in offline mode (``HF_HUB_OFFLINE=1``)."""
-    import httpx
-    from huggingface_hub import constants, get_session
+    seconds, whatever the status; False at once in offline mode (``HF_HUB_OFFLINE=1``).
+
+    The probe is the standard library's (proxies from the environment, as every HTTP client
+    reads them), not ``huggingface_hub``'s session, whose HTTP client and its exception types
+    changed between its major versions (httpx in 1.x, httpx2 in 2.x)."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return False
     try:
-        get_session().head(constants.ENDPOINT, timeout=timeout)
-    except (httpx.HTTPError, ConnectionError):
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True  # it answered, with an error status
+    except OSError:  # URLError, refused, reset, timed out
         return False
     return True
 
