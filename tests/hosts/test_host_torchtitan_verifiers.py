@@ -3,7 +3,7 @@
 What is real: torchtitan 0.3.0's ``Rollouter`` base, rollout types, ``Rubric``, renderer config
 (``RendererConfig(name="qwen3").build``) and sample builder; verifiers 0.4.0's env server,
 ``EnvClient`` and token-level ``TrainClient`` (rendering with ``renderers``' Qwen3 renderer);
-this package's envs, ``TokenEndpoint`` and ``score_group``. What is not: torchtitan's vLLM
+this package's envs, the token endpoint and ``score_group``. What is not: torchtitan's vLLM
 generator (a scripted ``GenerateFn`` that decodes the prompt and answers from a plan, one plan
 per rollout told apart by the per-rollout seed), Qwen3's tokenizer (a byte-level one with
 Qwen3's special tokens, ``testing.tokenizer``) and vLLM's ``SamplingConfig`` (a dataclass with

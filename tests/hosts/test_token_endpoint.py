@@ -1,8 +1,10 @@
-"""``TokenEndpoint`` speaks what renderers' ``generate`` (verifiers 0.4.0's train client) reads."""
+"""The token endpoint's routes (``generate_routes``, served in the running loop as torchtitan's
+host serves them) speak what renderers' ``generate`` (verifiers 0.4.0's train client) reads."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import pytest
@@ -10,7 +12,18 @@ from openai import APIStatusError, AsyncOpenAI
 from renderers import ParsedResponse
 from renderers.client import generate
 
-from verifiers_stepwise.hosts.token_endpoint import Generation, TokenEndpoint
+from verifiers_stepwise.hosts.token_endpoint import Generation, generate_routes
+from verifiers_stepwise.loopback import serve
+
+
+@contextlib.asynccontextmanager
+async def endpoint_url(answer):
+    """The base URL of ``answer`` served as torchtitan's host serves its generator."""
+    runner, port = await serve(generate_routes(answer, failure_status=503))
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
 
 
 class _Renderer:
@@ -33,8 +46,8 @@ def call(reply):
         return reply
 
     async def go():
-        async with TokenEndpoint(answer) as endpoint:
-            client = AsyncOpenAI(base_url=endpoint.base_url, api_key="EMPTY", max_retries=0)
+        async with endpoint_url(answer) as base_url:
+            client = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0)
             result = await generate(
                 client=client,
                 renderer=_Renderer(),
@@ -74,8 +87,8 @@ def test_a_reply_has_one_logprob_per_token():
 
 def test_a_malformed_request_is_an_http_400_naming_the_field():
     async def go():
-        async with TokenEndpoint(lambda request: None) as endpoint:
-            url = endpoint.base_url.removesuffix("/v1") + "/inference/v1/generate"
+        async with endpoint_url(lambda request: None) as base_url:
+            url = base_url.removesuffix("/v1") + "/inference/v1/generate"
             async with httpx.AsyncClient() as http:
                 return await http.post(url, json={"token_ids": [1], "sampling_params": {"top_p": 0}})
 

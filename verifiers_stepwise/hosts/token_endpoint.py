@@ -14,15 +14,13 @@ vLLM's endpoint at the server root (both checked in their 0.4.0 / 0.1.12 sources
 
 and reads ``GET /v1/models`` once per (base_url, model) for the card's ``max_model_len`` (none:
 the client's pre-flight length check is off). This module is that protocol: ``parse_request``
-(a malformed request answers HTTP 400 naming the field), the response, the errors, and the
-routes answering through an injected ``generate``. A ``generate`` that raises, or returns
-None, answers ``failure_status`` with the reason, which verifiers records as a model error
-on the trace. Two servers use it:
-
-- :class:`TokenEndpoint` here: in the running event loop, each request awaited on its own
-  (torchtitan's async generator, ``hosts.torchtitan.verifiers``; HTTP 503 on failure);
-- ``hosts.trl.inference.endpoint.BatchingTokenEndpoint``: its own thread, the waiting requests batched for a
-  local model (TRL; HTTP 500 on failure).
+(a malformed request answers HTTP 400 naming the field), the response, the errors, and
+``generate_routes`` answering through an injected ``generate``. A ``generate`` that raises, or
+returns None, answers ``failure_status`` with the reason, which verifiers records as a model
+error on the trace. Served in the caller's event loop with ``loopback.serve`` (torchtitan's
+async generator, ``hosts.torchtitan.verifiers``: HTTP 503 on failure), or from a thread of its
+own with the waiting requests batched for a local model (TRL's
+``hosts.trl.inference.endpoint.BatchingTokenEndpoint``: HTTP 500).
 """
 
 from __future__ import annotations
@@ -35,14 +33,11 @@ from typing import Any
 
 from aiohttp import web
 
-from verifiers_stepwise.loopback import serve
-
 __all__ = [
     "SESSION_HEADER",
     "AsyncGenerate",
     "GenerateRequest",
     "Generation",
-    "TokenEndpoint",
     "generate_routes",
     "parse_request",
 ]
@@ -96,36 +91,27 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise ValueError("sampling_params must be a JSON object")
-    headers = headers or {}
+    max_tokens = params.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
+    temperature, top_p = float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0))
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
+    seed, headers = params.get("seed"), headers or {}
     return GenerateRequest(
         prompt_ids=ids,
-        **_sampling(params),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
+        seed=int(seed) if seed is not None else None,
         sampling=params,
         model=str(body.get("model", "")),
         session_id=headers.get(SESSION_HEADER),
         headers=headers,
     )
-
-
-def _sampling(params: dict[str, Any]) -> dict[str, Any]:
-    """The sampling fields of ``GenerateRequest`` from ``sampling_params``, each checked."""
-    max_tokens = params.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
-    temperature = float(params.get("temperature", 1.0))
-    top_p = float(params.get("top_p", 1.0))
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
-    seed = params.get("seed")
-    return {
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
-        "stop_token_ids": tuple(int(t) for t in params.get("stop_token_ids") or ()),
-        "seed": int(seed) if seed is not None else None,
-    }
 
 
 def generate_routes(
@@ -170,34 +156,3 @@ def generate_routes(
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "generate_error", "code": status}}, status=status)
-
-
-class TokenEndpoint:
-    """Serves ``generate`` on an OS-assigned 127.0.0.1 port in the running event loop:
-
-        async with TokenEndpoint(generate) as endpoint:
-            client = vf.TrainClientConfig(base_url=endpoint.base_url, api_key_var="", renderer=...)
-
-    ``base_url`` ends in ``/v1`` as verifiers' client configs expect. Its generator is a remote
-    one (torchtitan's), so a failure is HTTP 503 (service unavailable)."""
-
-    def __init__(self, generate: AsyncGenerate) -> None:
-        self._generate = generate
-        self._runner: web.AppRunner | None = None
-        self.base_url = ""
-
-    async def __aenter__(self) -> TokenEndpoint:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        self._runner, port = await serve(generate_routes(self._generate, failure_status=503))
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None

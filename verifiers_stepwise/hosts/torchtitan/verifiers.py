@@ -10,8 +10,8 @@ after 0.3.0), rebuilt for the 0.3.0 release and with per-turn rewards carried th
    in a subprocess, or in this process with ``env_in_process``), which calls the model through
    verifiers' token-level train client (``TrainClientConfig``: renders with the same
    ``renderers`` renderer torchtitan built, samples token ids).
-2. That client calls a local ``TokenEndpoint``, which forwards each generation to the
-   controller's ``GenerateFn`` (torchtitan's generator) and records its policy versions.
+2. That client calls a local token endpoint (``hosts.token_endpoint``), which forwards each
+   generation to the controller's ``GenerateFn`` (torchtitan's generator) and records its policy versions.
 3. Each trace becomes one torchtitan ``Rollout``: every contiguous span of sampled tokens is a
    ``RolloutTurn`` (prompt = the branch's tokens before it, so torchtitan packs a linear trace
    into one sample); a node shared by two branches is trained once.
@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
 from verifiers_stepwise.errors import ConfigError, RewardError
-from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, TokenEndpoint
+from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, generate_routes
 from verifiers_stepwise.hosts.torchtitan import Scalar, StepwiseAdvantage, env_config, requires_torchtitan
 from verifiers_stepwise.hosts.torchtitan.release import LAYOUT  # on main's layout: the error naming .main
 from verifiers_stepwise.hosts.torchtitan.turns import Span, lay_out_credit, sampled_spans
+from verifiers_stepwise.loopback import serve
 from verifiers_stepwise.traces.credit import score_group
 
 with requires_torchtitan(f"verifiers_stepwise.hosts.torchtitan.verifiers (torchtitan 0.3.0, {LAYOUT})", "tyro"):
@@ -200,7 +201,7 @@ class VerifiersRollouter(Rollouter):
         self._calls = itertools.count()
         self._start_lock = asyncio.Lock()
         self._started: tuple[Any, vf.TrainClientConfig] | None = None
-        self._endpoint: TokenEndpoint | None = None
+        self._endpoint: Any = None  # the token endpoint's aiohttp runner
         self._server: Any = None  # the env server's asyncio task or process
         self._lifeline: Any = None  # this process's end of the spawned server's death pipe
 
@@ -221,10 +222,9 @@ class VerifiersRollouter(Rollouter):
                     f"{type(renderer).__name__} exposes no renderers config or tokenizer path; "
                     "set VerifiersRollouter.Config.renderer_model_name"
                 )
-            self._endpoint = endpoint = TokenEndpoint(self._generate)
             client = None
             try:
-                await endpoint.start()
+                self._endpoint, port = await serve(generate_routes(self._generate, failure_status=503))
                 client = EnvClient(await self._start_env_server(vf.resolve_env_config(self._env)))
                 await client.wait_for_server_startup(timeout=self.config.startup_timeout_s, interval=0.2)
             except BaseException:
@@ -233,7 +233,10 @@ class VerifiersRollouter(Rollouter):
                 await self.close()
                 raise
             train_client = vf.TrainClientConfig(
-                base_url=endpoint.base_url, api_key_var="", renderer=renderer.config, renderer_model_name=model
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key_var="",
+                renderer=renderer.config,
+                renderer_model_name=model,
             )
             self._started = (client, train_client)
             return self._started
@@ -285,8 +288,9 @@ class VerifiersRollouter(Rollouter):
             server.terminate()
             await asyncio.to_thread(server.join, 10)
             self._lifeline.close()
-        if self._endpoint is not None:
-            await self._endpoint.close()
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            await endpoint.cleanup()
 
     # -- one group ----------------------------------------------------------------------------
 
