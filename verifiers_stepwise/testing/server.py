@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import json
 import signal
 import subprocess
@@ -272,7 +273,8 @@ class ModelServer(ThreadedServer):
             reply = Reply(content=reply)
         fault = self._fault(call, reply)
         if fault is not None:
-            return await FAULTS[fault](self, request, call, reply)
+            answer = FAULTS[fault](self, request, call, reply)
+            return await answer if inspect.isawaitable(answer) else answer
         return await self._answer(request, call, reply)
 
     async def _answer(
@@ -396,7 +398,7 @@ def _sse_or_json(call: ChatCall, streamed: bytes, plain: bytes, plain_status: in
     return web.Response(body=plain, status=plain_status, content_type="application/json")
 
 
-async def _timeout(server: ModelServer, request: web.Request, call: ChatCall, reply: Reply) -> web.Response:
+async def _timeout(server: ModelServer, *_: object) -> web.Response:
     """No answer until the server stops or ``hang_seconds`` pass."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server._closing.wait(), server.hang_seconds)
@@ -406,33 +408,24 @@ async def _timeout(server: ModelServer, request: web.Request, call: ChatCall, re
 _CONTEXT_ERROR = json.dumps({"error": {"code": 400, "message": CONTEXT_ERROR, "type": "exceed_context_size_error"}})
 _TOO_LONG = "scripted fault: the request exceeds the maximum context length"
 _MALFORMED = b'{"id": "x", "choices": ['
-FaultAnswer = Callable[[ModelServer, web.Request, ChatCall, Reply], Awaitable[web.StreamResponse]]
-
-
-def _now(answer: Callable[[ModelServer, ChatCall], web.Response]) -> FaultAnswer:
-    """A fault answered at once, from the server's settings and the request."""
-
-    async def respond(server: ModelServer, request: web.Request, call: ChatCall, reply: Reply) -> web.Response:
-        return answer(server, call)
-
-    return respond
-
-
+FaultAnswer = Callable[
+    [ModelServer, web.Request, ChatCall, Reply], "web.StreamResponse | Awaitable[web.StreamResponse]"
+]
 FAULTS: dict[Fault, FaultAnswer] = {
-    "http_500": _now(lambda server, call: _error(500, "scripted fault: internal server error")),
-    "http_400": _now(lambda server, call: _error(400, _TOO_LONG)),
-    "http_429": _now(
-        lambda server, call: _error(429, "scripted fault: rate limited", {"Retry-After": f"{server.retry_after:g}"})
+    "http_500": lambda server, *_: _error(500, "scripted fault: internal server error"),
+    "http_400": lambda server, *_: _error(400, _TOO_LONG),
+    "http_429": lambda server, *_: _error(
+        429, "scripted fault: rate limited", {"Retry-After": f"{server.retry_after:g}"}
     ),
     "timeout": _timeout,
     "no_done": lambda server, request, call, reply: server._answer(request, call, reply, done=False),
-    "stream_error": _now(
-        lambda server, call: _sse_or_json(call, f"data: {_CONTEXT_ERROR}\n\n".encode(), _CONTEXT_ERROR.encode(), 400)
+    "stream_error": lambda server, request, call, reply: _sse_or_json(
+        call, f"data: {_CONTEXT_ERROR}\n\n".encode(), _CONTEXT_ERROR.encode(), 400
     ),
-    "malformed_json": _now(
-        lambda server, call: _sse_or_json(call, b"data: " + _MALFORMED + b"\n\ndata: [DONE]\n\n", _MALFORMED)
+    "malformed_json": lambda server, request, call, reply: _sse_or_json(
+        call, b"data: " + _MALFORMED + b"\n\ndata: [DONE]\n\n", _MALFORMED
     ),
-    "empty": _now(lambda server, call: _sse_or_json(call, b"", b"")),
+    "empty": lambda server, request, call, reply: _sse_or_json(call, b"", b""),
 }
 """How each fault is answered (``Reply.fault``)."""
 

@@ -9,14 +9,9 @@ The TRL host needs no inference server: every model call of an episode goes
         (a LoRA adapter merged out of place for the step)
 
 so the tokens TRL trains on are the tokens the policy sampled, and a CPU box runs the real model
-(``model``: the default Gemma 3 270M from PyPI). ``LocalInference`` holds that stack for one
-trainer; ``play`` runs groups of episodes through it. On a GPU the same stack runs on the model's
-device (TRL's placement); a vLLM server is not wired in (docs/trl.md, "GPU").
-
-    endpoint   BatchingTokenEndpoint: the token endpoint, one batch per turn of the episodes in flight
-    sampling   ModelSampler: a transformers causal LM answering the endpoint, LoRA merged for a step
-    renderer   TextRenderer (plain text, for base models) and TurnFormatRenderer (Gemma's turns)
-    model      the default policy, Gemma 3 270M from the PyPI GGUF (extra [trl-model])
+(``model``: the default, Gemma 3 270M from a PyPI GGUF). ``LocalInference`` holds that stack for
+one trainer; ``play`` runs groups of episodes through it. On a GPU the same stack runs on the
+model's device (TRL's placement); a vLLM server is not wired in (docs/trl.md, "GPU").
 """
 
 from __future__ import annotations

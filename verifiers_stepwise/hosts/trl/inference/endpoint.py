@@ -1,12 +1,8 @@
-"""The token endpoint for a local model: the waiting requests answered as one batch.
-
-The protocol (``/inference/v1/generate`` as verifiers 0.4.0's train client speaks it, and
-``/v1/models``) is ``hosts.token_endpoint``'s; this server adds the batching. The injected
-``generate`` is called with every request waiting at that moment (so a model can batch them)
-on a worker thread, never on the server's event loop, and the server runs from a thread of
-its own. A generator that raises answers each request of its batch with HTTP 500 and the error
-text, which the client reports as a model error; one that puts an exception in place of a
-``Generation`` fails only that request.
+"""The token endpoint for a local model: ``hosts.token_endpoint``'s routes, the waiting requests
+answered as one batch by the injected ``generate`` on a worker thread (never on the server's
+event loop, which runs on a thread of its own). A generator that raises answers each request
+of its batch with HTTP 500; one that puts an exception in place of a ``Generation`` fails only
+that request.
 
 A batch is cut when every episode in flight has its next request waiting: the client says
 how many episodes it runs (``episodes(n)``, then ``episode_done()`` as each ends), so the

@@ -22,23 +22,10 @@ from typing import Any
 
 from verifiers_stepwise.extras import requires
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "bfloat16_slowdown",
-    "cache_dir",
-    "contiguous_output_embeddings",
-    "load_default_model",
-    "load_model",
-]
+__all__ = ["DEFAULT_MODEL", "bfloat16_slowdown", "contiguous_output_embeddings", "load_default_model", "load_model"]
 
 DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
-
-
-def cache_dir() -> Path:
-    """Where the dequantized model is kept: ``$VF_STEPWISE_CACHE`` or ``~/.cache/verifiers_stepwise``."""
-    root = os.environ.get("VF_STEPWISE_CACHE") or Path.home() / ".cache" / "verifiers_stepwise"
-    return Path(root) / DEFAULT_MODEL
 
 
 def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
@@ -66,7 +53,8 @@ def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or torch.float32
-    cached = cache_dir()
+    # Kept under $VF_STEPWISE_CACHE or ~/.cache/verifiers_stepwise.
+    cached = Path(os.environ.get("VF_STEPWISE_CACHE") or Path.home() / ".cache" / "verifiers_stepwise") / DEFAULT_MODEL
     if (cached / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), AutoTokenizer.from_pretrained(cached)
     with requires(

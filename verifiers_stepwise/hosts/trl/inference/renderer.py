@@ -63,8 +63,8 @@ def renderer_config(format: str = "text") -> Any:
 class _ExtendingRenderer(DefaultRenderer):
     """Shared by both formats: earlier tokens kept verbatim, new user/tool turns appended.
 
-    A subclass sets ``_close`` (the token that ends a reply) and writes ``_apply`` (a whole
-    conversation), ``_user_turn`` (one appended user message) and ``_generation_prompt``.
+    A subclass sets ``_close`` (the token that ends a reply) and writes ``_document`` (a whole
+    conversation after ``<bos>``), ``_user_turn`` (one appended user message) and ``_generation_prompt``.
     """
 
     config_class = DefaultRendererConfig
@@ -74,11 +74,25 @@ class _ExtendingRenderer(DefaultRenderer):
     def is_prefix_stable(self) -> bool:
         return True
 
+    def _document(self, messages: Any) -> list[int]:
+        raise NotImplementedError
+
     def _user_turn(self, content: str) -> list[int]:
         raise NotImplementedError
 
     def _generation_prompt(self) -> list[int]:
         raise NotImplementedError
+
+    def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
+        name = type(self).__name__
+        if tools:
+            raise ValueError(f"{name} renders no tools")
+        unknown = [m.get("role") for m in messages if m.get("role") not in _ROLES]
+        if unknown:
+            raise ValueError(f"{name}: unknown message role {unknown[0]!r}")
+        bos = self._tokenizer.bos_token_id
+        prompt = self._generation_prompt() if add_generation_prompt else []
+        return ([bos] if bos is not None else []) + self._document(messages) + prompt
 
     def bridge_to_next_turn(
         self,
@@ -145,17 +159,9 @@ class TextRenderer(_ExtendingRenderer):
     def _generation_prompt(self) -> list[int]:
         return []
 
-    def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
-        if tools:
-            raise ValueError("TextRenderer renders no tools")
-        bos = self._tokenizer.bos_token_id
-        text = ""
-        for message in messages:
-            if message.get("role") not in _ROLES:
-                raise ValueError(f"TextRenderer: unknown message role {message.get('role')!r}")
-            content = _text(message.get("content"))
-            text += content + "\n" if _ROLES[message["role"]] == "model" else content
-        return ([bos] if bos is not None else []) + self._tokenizer.encode(text, add_special_tokens=False)
+    def _document(self, messages: Any) -> list[int]:
+        text = "".join(_text(m.get("content")) + ("\n" if _ROLES[m["role"]] == "model" else "") for m in messages)
+        return self._tokenizer.encode(text, add_special_tokens=False)
 
 
 class TurnFormatRenderer(_ExtendingRenderer):
@@ -188,16 +194,11 @@ class TurnFormatRenderer(_ExtendingRenderer):
     def _generation_prompt(self) -> list[int]:
         return [self._start, *self._tokenizer.encode("model\n", add_special_tokens=False)]
 
-    def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
-        if tools:
-            raise ValueError("TurnFormatRenderer renders no tools (Gemma 3's turn format has no tool role)")
-        bos = self._tokenizer.bos_token_id
-        ids: list[int] = [bos] if bos is not None else []
+    def _document(self, messages: Any) -> list[int]:
+        ids: list[int] = []
         system = ""
         for message in messages:
-            role, content = message.get("role"), _text(message.get("content"))
-            if role not in _ROLES:
-                raise ValueError(f"TurnFormatRenderer: unknown message role {role!r}")
+            role, content = message["role"], _text(message.get("content"))
             if role == "system":
                 system += content + "\n\n"
                 continue
@@ -206,7 +207,7 @@ class TurnFormatRenderer(_ExtendingRenderer):
             ids += self._turn(_ROLES[role], content)
         if system:  # a system prompt with nothing after it
             ids += self._turn("user", system.rstrip("\n"))
-        return ids + self._generation_prompt() if add_generation_prompt else ids
+        return ids
 
 
 FORMATS = {"text": TextRenderer.__name__, "turns": TurnFormatRenderer.__name__}
