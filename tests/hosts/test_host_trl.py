@@ -240,12 +240,12 @@ def test_an_errored_episode_gets_no_reward_and_no_advantage(tokenizer, tokenizer
 
     (group,) = _episodes(tokenizer_dir, second_episode_fails_on_its_second_turn, rollouts=2)
     samples = score_groups([group], get_estimator("stepwise"), tokenizer.pad_token_id)
-    failed = [s for s in samples if s.excluded]
+    failed = [s for s in samples if s.credit.excluded]
     assert failed, "the fault should have ended an episode"
     for sample in failed:
         assert sample.reward is None and sample.credit.advantages == []
         assert set(sample.advantages) == {0.0}
-        assert "engine died" in sample.excluded or "errored" in sample.excluded
+        assert "engine died" in sample.credit.excluded or "errored" in sample.credit.excluded
 
 
 def test_gigpo_gets_the_envs_anchor_states_through_the_host(tokenizer, tokenizer_dir, monkeypatch):
@@ -417,11 +417,11 @@ def test_a_model_call_fault_mid_episode_is_recorded_and_training_goes_on(tokeniz
     for episode, sample in zip(first.episodes, first.samples):
         (trace,) = episode.traces
         assert not trace.ok and any("injected engine fault" in error.message for error in trace.errors)
-        assert sample.excluded and sample.reward is None and sample.credit.advantages == []
+        assert sample.credit.excluded and sample.reward is None and sample.credit.advantages == []
         assert set(sample.advantages) == {0.0}
         assert len(sample.credit.rewards) == 1, "the turn earned before the fault stays on the trace"
     assert trainer.state.log_history[0]["episodes/errored"] == 1.0
-    assert all(s.excluded is None for s in second.samples), "the next step trains as usual"
+    assert all(s.credit.excluded is None for s in second.samples), "the next step trains as usual"
     assert trainer.state.log_history[1]["episodes/errored"] == 0
     assert any(a != 0 for s in second.samples for a in s.credit.advantages)
 

@@ -91,27 +91,36 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise ValueError("sampling_params must be a JSON object")
-    max_tokens = params.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
-    temperature, top_p = float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0))
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
-    seed, headers = params.get("seed"), headers or {}
+    headers = headers or {}
     return GenerateRequest(
         prompt_ids=ids,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
-        seed=int(seed) if seed is not None else None,
+        **_sampling(params),
         sampling=params,
         model=str(body.get("model", "")),
         session_id=headers.get(SESSION_HEADER),
         headers=headers,
     )
+
+
+def _sampling(params: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields of ``GenerateRequest`` from ``sampling_params``, each checked."""
+    max_tokens = params.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"sampling_params.max_tokens must be a positive integer, got {max_tokens!r}")
+    temperature = float(params.get("temperature", 1.0))
+    top_p = float(params.get("top_p", 1.0))
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"sampling_params.temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sampling_params.top_p must be in (0, 1], got {top_p}")
+    seed = params.get("seed")
+    return {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "stop_token_ids": tuple(int(t) for t in params.get("stop_token_ids") or ()),
+        "seed": int(seed) if seed is not None else None,
+    }
 
 
 def generate_routes(

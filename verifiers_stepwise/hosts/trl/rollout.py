@@ -49,11 +49,6 @@ class EpisodeSample:
     """The trace's credit record, which the loss (``advantages``) and the metrics both lay out;
     an excluded episode's has no advantages, its ``rewards`` are the turns it earned."""
 
-    @property
-    def excluded(self) -> str | None:
-        """Why ``score_group`` left the episode out, or None."""
-        return self.credit.excluded
-
 
 def score_groups(
     groups: Sequence[Sequence[vf.Episode]], estimator: Estimator, pad_token_id: int, reading: Reading = "rewards"

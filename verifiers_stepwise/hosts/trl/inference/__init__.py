@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import queue
 import tempfile
 import threading
@@ -34,9 +33,6 @@ from verifiers_stepwise.hosts.trl.inference.renderer import FORMATS, renderer_co
 from verifiers_stepwise.hosts.trl.inference.sampling import ModelSampler
 
 __all__ = ["LocalInference", "TrainerThreadCalls", "submit"]
-
-API_KEY_VAR = "VF_STEPWISE_TRL_KEY"
-"""The env var the train client reads its (unused) key from; set here so none must be exported."""
 
 
 class LocalInference:
@@ -83,10 +79,9 @@ class LocalInference:
     ) -> list[list[vf.Episode]]:
         assert self.endpoint is not None, "start() the inference first"
         endpoint = self.endpoint
-        os.environ.setdefault(API_KEY_VAR, "local")
         client = vf.TrainClientConfig(
             base_url=endpoint.base_url,
-            api_key_var=API_KEY_VAR,
+            api_key_var="",  # no key: verifiers 0.4.0's resolve_api_key sends "EMPTY"
             renderer=renderer_config(self.format),
             renderer_model_name=self._tokenizer_dir.name,
         )

@@ -32,12 +32,13 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from verifiers_stepwise.extras import requires
 
 with requires("verifiers_stepwise.hosts.trl", "torch", extra="trl"):
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation
 
@@ -171,15 +172,13 @@ class ModelSampler:
         model.train(self._was_training)
 
     def __call__(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(requests)
+        out: dict[int, Generation] = {}
         key = lambda i: (requests[i].temperature, requests[i].top_p, requests[i].seed)  # noqa: E731
         with self.merged(), torch.no_grad():
             for _, group in itertools.groupby(sorted(range(len(requests)), key=key), key=key):
                 indices = list(group)
-                for i, generation in zip(indices, self._sample([requests[i] for i in indices])):
-                    out[i] = generation
-        assert all(g is not None for g in out)  # every request belongs to exactly one group
-        return cast(list[Generation], out)
+                out.update(zip(indices, self._sample([requests[i] for i in indices])))
+        return [out[i] for i in range(len(requests))]
 
     def _sample(self, requests: list[GenerateRequest]) -> list[Generation]:
         """One ``generate`` call for requests that share their sampling settings."""
@@ -211,14 +210,10 @@ class ModelSampler:
 
     def _left_padded(self, requests: list[GenerateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompts left-padded to one width, and their attention mask."""
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            n = len(request.prompt_ids)
-            input_ids[row, width - n :] = torch.tensor(request.prompt_ids)
-            attention[row, width - n :] = 1
-        return input_ids, attention
+        rows = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in requests]
+        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id, padding_side="left")
+        mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
+        return input_ids, mask
 
 
 def _cut(request: GenerateRequest, limit: int, tokens: list[int], logprobs: list[float]) -> Generation:
