@@ -27,7 +27,6 @@ from typing import Any
 
 import verifiers.v1 as vf
 
-from verifiers_stepwise.hosts.trl.inference import renderer
 from verifiers_stepwise.hosts.trl.inference.endpoint import BatchingTokenEndpoint, GenerateFn
 from verifiers_stepwise.hosts.trl.inference.renderer import FORMATS, renderer_config
 from verifiers_stepwise.hosts.trl.inference.sampling import ModelSampler
@@ -52,8 +51,7 @@ class LocalInference:
         tokenizer.save_pretrained(self._tokenizer_dir.name)
         self._renderer_ready = submit(_renderer_into_pool(self._tokenizer_dir.name, format))
         # Built here too: it checks the tokenizer suits the format before the trainer wraps the model.
-        rendering = getattr(renderer, FORMATS[format])(tokenizer)
-        self.stop_token_ids: list[int] = list(rendering.get_stop_token_ids())
+        self.stop_token_ids: list[int] = list(FORMATS[format](tokenizer).get_stop_token_ids())
         """The format's stop tokens: a reply closed by one of them ended."""
         self.endpoint: BatchingTokenEndpoint | None = None
 

@@ -57,7 +57,7 @@ def renderer_config(format: str = "text") -> Any:
 
     if format not in FORMATS:
         raise ConfigError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
-    return CustomRendererConfig(import_path=f"{__name__}.{FORMATS[format]}")
+    return CustomRendererConfig(import_path=f"{__name__}.{FORMATS[format].__name__}")
 
 
 class _ExtendingRenderer(DefaultRenderer):
@@ -210,7 +210,7 @@ class TurnFormatRenderer(_ExtendingRenderer):
         return ids
 
 
-FORMATS = {"text": TextRenderer.__name__, "turns": TurnFormatRenderer.__name__}
+FORMATS: dict[str, type[_ExtendingRenderer]] = {"text": TextRenderer, "turns": TurnFormatRenderer}
 """``--format`` values and the renderer each selects."""
 
 
