@@ -130,7 +130,6 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         # Started before TRL wraps the model: the train client's renderer builds meanwhile.
         self.inference = LocalInference(processing_class, format)
         self.last_batch: Batch | None = None
-        self._played: Batch | None = None
         super().__init__(
             model=model,
             reward_funcs=[episode_reward],
@@ -151,8 +150,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         # TRL hands rollout_func the prompts only, not these rows: play the rows' tasks here
-        # and let rollout_func hand TRL what they gave.
-        self._played = played = self._play([row["task_index"] for row in inputs])
+        # (last_batch) and let rollout_func hand TRL what they gave.
+        self.last_batch = played = self._play([row["task_index"] for row in inputs])
         output = super()._generate_and_score_completions(inputs)
         # TRL computed sequence-level GRPO advantages from the episode rewards (it has no hook
         # for them); the loss trains on the per-token ones laid out from the credit records.
@@ -176,8 +175,8 @@ class StepwiseGRPOTrainer(GRPOTrainer):
 
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list]:
         """TRL's ``rollout_func``: the fields of the batch ``_generate_and_score_completions`` played."""
-        assert self._played is not None and len(self._played.samples) == len(prompts)
-        samples = self._played.samples
+        assert self.last_batch is not None and len(self.last_batch.samples) == len(prompts)
+        samples = self.last_batch.samples
         return {
             "prompt_ids": [s.prompt_ids for s in samples],
             "completion_ids": [s.completion_ids for s in samples],
