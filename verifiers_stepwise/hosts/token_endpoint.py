@@ -12,8 +12,8 @@ vLLM's endpoint at the server root (both checked in their 0.4.0 / 0.1.12 sources
         "choices": [{"index": 0, "token_ids": [int], "finish_reason": "stop" | "length",
                      "logprobs": {"content": [{"token": "token_id:<id>", "logprob": float}]}}]}
 
-and reads ``GET /v1/models`` once per (base_url, model) for the card's ``max_model_len`` (none:
-the client's pre-flight length check is off). This module is that protocol: ``parse_request``
+and reads ``GET /v1/models`` once per (base_url, model) for the card's ``max_model_len`` (the
+card served here has none: the client's pre-flight length check is off). This module is that protocol: ``parse_request``
 (a malformed request answers HTTP 400 naming the field), the response, the errors, and
 ``generate_routes`` answering through an injected ``generate``. A ``generate`` that raises, or
 returns None, answers ``failure_status`` with the reason, which verifiers records as a model
@@ -123,11 +123,9 @@ def _sampling(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def generate_routes(
-    generate: AsyncGenerate, *, failure_status: int, model: str = "policy", max_model_len: int | None = None
-) -> list[web.RouteDef]:
+def generate_routes(generate: AsyncGenerate, *, failure_status: int) -> list[web.RouteDef]:
     """``POST /inference/v1/generate`` answered by ``generate``, and ``GET /v1/models`` listing
-    ``model`` (with ``max_model_len`` when given)."""
+    one model, ``policy``, with no ``max_model_len``."""
     ids = itertools.count()
 
     async def generate_route(http: web.Request) -> web.Response:
@@ -155,10 +153,7 @@ def generate_routes(
         )
 
     async def models_route(_: web.Request) -> web.Response:
-        card: dict[str, Any] = {"id": model, "object": "model"}
-        if max_model_len is not None:
-            card["max_model_len"] = max_model_len
-        return web.json_response({"object": "list", "data": [card]})
+        return web.json_response({"object": "list", "data": [{"id": "policy", "object": "model"}]})
 
     return [web.post("/inference/v1/generate", generate_route), web.get("/v1/models", models_route)]
 

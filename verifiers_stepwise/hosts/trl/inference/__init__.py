@@ -61,7 +61,7 @@ class LocalInference:
         # One adapter merge for all of a step's rollouts, not one per generation batch.
         self._sampling = sampler.merged if isinstance(sampler, ModelSampler) else contextlib.nullcontext
         self._calls = TrainerThreadCalls(sampler)
-        self.endpoint = BatchingTokenEndpoint(self._calls, model="policy").start()
+        self.endpoint = BatchingTokenEndpoint(self._calls).start()
         return self
 
     def play(

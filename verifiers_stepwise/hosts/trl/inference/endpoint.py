@@ -45,15 +45,11 @@ class BatchingTokenEndpoint(ThreadedServer):
         self,
         generate: GenerateFn,
         *,
-        model: str = "policy",
-        max_model_len: int | None = None,
         batch_window: float = 0.02,
         max_wait: float = 2.0,
     ) -> None:
         super().__init__()
         self.generate = generate
-        self.model = model
-        self.max_model_len = max_model_len
         self.batch_window = batch_window
         self.max_wait = max_wait
         self.in_flight = 0
@@ -66,7 +62,7 @@ class BatchingTokenEndpoint(ThreadedServer):
     async def _open(self) -> list[web.RouteDef]:
         self._wake = asyncio.Event()
         asyncio.get_running_loop().create_task(self._work())
-        return generate_routes(self._enqueue, failure_status=500, model=self.model, max_model_len=self.max_model_len)
+        return generate_routes(self._enqueue, failure_status=500)
 
     def episodes(self, n: int) -> None:
         """Declare ``n`` more episodes in flight (thread-safe)."""
