@@ -430,7 +430,8 @@ def test_a_generator_can_fail_one_request_of_a_batch():
     def half(requests):
         return [Generation([5], [-1.0], "length") if r.prompt_ids[0] == 1 else ValueError("no") for r in requests]
 
-    with BatchingTokenEndpoint(half, batch_window=0.2) as endpoint:
+    with BatchingTokenEndpoint(half) as endpoint:
+        endpoint.episodes(2)  # one batch: it waits for both
 
         def tokens(first):
             status, answer = post(endpoint, {"token_ids": [first, 2], "sampling_params": {}})

@@ -9,7 +9,7 @@ how many episodes it runs (``episodes(n)``, then ``episode_done()`` as each ends
 turns of a step's episodes reach the model together, however long each one's env work took
 (a fixed gathering window split a step's 16 episodes 15 + 1 and doubled its generation time).
 ``max_wait`` bounds how long waiting requests wait for the rest; with no episodes declared
-(another client) the endpoint waits ``batch_window`` after the first request, as before.
+(another client) a batch is whatever is waiting when the generator is free.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ class BatchingTokenEndpoint(ThreadedServer):
 
     ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes.
     With episodes declared (``episodes``), a batch waits until every episode in flight has a
-    request waiting (at most ``max_wait`` seconds); otherwise ``batch_window`` seconds are waited
-    after the first request of an idle endpoint so that requests sent together reach the
-    generator as one batch.
+    request waiting (at most ``max_wait`` seconds).
     """
 
     what = "token endpoint"
@@ -45,12 +43,10 @@ class BatchingTokenEndpoint(ThreadedServer):
         self,
         generate: GenerateFn,
         *,
-        batch_window: float = 0.02,
         max_wait: float = 2.0,
     ) -> None:
         super().__init__()
         self.generate = generate
-        self.batch_window = batch_window
         self.max_wait = max_wait
         self.in_flight = 0
         """Episodes declared and not yet done (changed only in the server's loop)."""
@@ -95,14 +91,11 @@ class BatchingTokenEndpoint(ThreadedServer):
             self._wake.clear()
             if not self._pending:
                 continue
-            if self.in_flight:
-                deadline = loop.time() + self.max_wait
-                while len(self._pending) < self.in_flight and (left := deadline - loop.time()) > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), left)
-                    self._wake.clear()
-            else:
-                await asyncio.sleep(self.batch_window)
+            deadline = loop.time() + self.max_wait
+            while len(self._pending) < self.in_flight and (left := deadline - loop.time()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), left)
+                self._wake.clear()
             batch, self._pending = self._pending, []
             self._wake.clear()
             self.calls += 1
