@@ -16,7 +16,7 @@ the cache in seconds). The GGUF has no chat template; the host speaks Gemma's tu
 from __future__ import annotations
 
 import os
-import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,6 @@ def bfloat16_slowdown() -> float:
 
     def best(dtype: Any) -> float:
         a, b = torch.ones(256, 640, dtype=dtype), torch.ones(640, 256, dtype=dtype)
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - start)
-        return min(times)
+        return min(timeit.repeat(lambda: a @ b, repeat=3, number=1))
 
     return best(torch.bfloat16) / max(best(torch.float32), 1e-9)
