@@ -180,13 +180,9 @@ class StepwiseAdvantage(Configurable):
 
 
 def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
-    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config:
-    ``options`` as given, the rest at the estimator's defaults.
-
-    What recipes use: tyro turns a dict default that is not empty into one flag per key, so
-    each field then has its own flag (``--rollouter.advantage.options.gamma 0.9``), where a
-    partial dict would offer flags for its own keys only.
-    """
+    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config,
+    ``options`` as given and the rest at its defaults, so that tyro offers each its own flag
+    (``--rollouter.advantage.options.gamma 0.9``; a partial dict offers its own keys only)."""
     from verifiers_stepwise.estimators.registry import get_estimator
 
     full = get_estimator(estimator, **options).config.model_dump()

@@ -107,9 +107,8 @@ class VerifiersReward(RewardFn):
         pass
 
     async def __call__(self, rollout: Rollout, env_input: object) -> float:
-        for turn in reversed(rollout.turns):
-            if VERIFIERS_REWARD in turn.env_rewards:
-                return turn.env_rewards[VERIFIERS_REWARD]
+        if rollout.turns and VERIFIERS_REWARD in rollout.turns[-1].env_rewards:  # trace_to_turns puts it there
+            return rollout.turns[-1].env_rewards[VERIFIERS_REWARD]
         raise RewardError(
             f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} ({rollout.status}) carries no "
             f"{VERIFIERS_REWARD!r}; set the rubric's error_reward to score failed episodes"
