@@ -222,15 +222,16 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
     table = Table(title="advantage estimators (verifiers.advantage_estimators)", title_justify="left", show_lines=True)
     for column in ("name", "class", "field", "type", "default", "description"):
         table.add_column(column, overflow="fold")
-    for entry in estimators:
+    for entry in estimators:  # the name and class on the first of its rows
         if "error" in entry:
-            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]", "", "", "", "")
+            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]")
             continue
-        for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "", "description": ""}]):
-            first = i == 0
-            default = repr(f["default"]) if f["name"] else ""
-            table.add_row(entry["name"] if first else "", entry["class"] if first else "", f["name"], f["type"],
-                          default, f["description"])  # fmt: skip
+        head = [entry["name"], entry["class"]]
+        for f in entry["fields"]:
+            table.add_row(*head, f["name"], f["type"], repr(f["default"]), f["description"])
+            head = ["", ""]
+        if not entry["fields"]:
+            table.add_row(*head)
     console.print(table)
     if not environments:
         console.print("no environment bundles installed (entry-point group verifiers.environments)")
@@ -424,25 +425,18 @@ def _gammas(text: str) -> list[float]:
 
 def _with_progress(read: Callable[..., Any], paths: list[Path], force: bool | None) -> Any:
     """``read(progress=...)`` under a progress bar of the bytes read, on stderr."""
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rich import progress as bar
 
     columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
+        bar.TextColumn("{task.description}"),
+        bar.BarColumn(),
+        bar.DownloadColumn(),
+        bar.TransferSpeedColumn(),
+        bar.TimeRemainingColumn(),
     )
     # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
     console = _console(stderr=True, force_terminal=force)
-    with Progress(*columns, console=console, transient=True) as progress:
+    with bar.Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 

@@ -283,52 +283,33 @@ def number(value: float | None, sign: str = "") -> str:
 
 
 def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, configs: Sequence[Config]) -> None:
-    """Write the per-turn JSONL file (format in the module docstring).
-
-    Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
-    is written without a Python float per turn of the whole run in memory.
-    """
+    """Write the per-turn JSONL file (format in the module docstring), a trajectory at a time: no
+    Python float per turn of the whole run is held in memory."""
     batch = grouped.batch
     per_turn: list[tuple[str, np.ndarray | None]] = [("reward", batch.rewards), ("tokens", grouped.tokens)]
     for prefix, config in zip(("", "compare_"), configs):
         per_turn += [(prefix + "return", config.estimate.returns), (prefix + "advantage", config.estimate.advantages)]
-    ends = batch.trajectory_ends
+    starts, ends = batch.trajectory_starts.tolist(), batch.trajectory_ends.tolist()
     with path.open("w", encoding="utf-8") as f:
-        for lo in range(0, batch.n_trajectories, _CHUNK):
-            hi = min(lo + _CHUNK, batch.n_trajectories)
-            first = int(ends[lo] - batch.lengths[lo])
-            columns = [
-                (name, [None] * (ends[hi - 1] - first) if values is None else values[first : ends[hi - 1]].tolist())
-                for name, values in per_turn
-            ]
-            turn = 0
-            for j in range(lo, hi):
-                source = int(grouped.order[j])
-                group = int(batch.group_of_trajectory[j])
-                key = collected.groups[group]
-                length = int(batch.lengths[j])
-                head = json.dumps(
-                    {
-                        "file": collected.files[collected.file[source]],
-                        "line": collected.line[source],
-                        "episode": collected.episode_ids[source],
-                        "trace": collected.trace_ids[source],
-                        "agent": collected.agents[collected.agent[source]],
-                        "group": group,
-                        "group_by": key.by,
-                        "group_id": key.id,
-                    }
-                )[:-1]
-                for t in range(length):
-                    # Numbers are finite floats and ints: repr() is exactly what json writes.
-                    values = "".join(f', "{name}": {_json(column[turn])}' for name, column in columns)
-                    f.write(f'{head}, "turn": {t}, "turns": {length}{values}}}\n')
-                    turn += 1
-
-
-def _json(value: float | int | None) -> str:
-    return "null" if value is None else repr(value)
-
-
-_CHUNK = 4096
-"""Trajectories converted to Python numbers at once when writing rows."""
+        for j, (source, group) in enumerate(zip(grouped.order.tolist(), batch.group_of_trajectory.tolist())):
+            start, end = starts[j], ends[j]
+            key = collected.groups[group]
+            head = json.dumps(
+                {
+                    "file": collected.files[collected.file[source]],
+                    "line": collected.line[source],
+                    "episode": collected.episode_ids[source],
+                    "trace": collected.trace_ids[source],
+                    "agent": collected.agents[collected.agent[source]],
+                    "group": group,
+                    "group_by": key.by,
+                    "group_id": key.id,
+                }
+            )[:-1]
+            columns = [(name, values[start:end].tolist() if values is not None else None) for name, values in per_turn]
+            for t in range(end - start):
+                # Numbers are finite floats and ints: repr() is exactly what json writes.
+                numbers = "".join(
+                    f', "{name}": {"null" if column is None else repr(column[t])}' for name, column in columns
+                )
+                f.write(f'{head}, "turn": {t}, "turns": {end - start}{numbers}}}\n')

@@ -82,9 +82,6 @@ class Strings:
     def __getitem__(self, i: int) -> str:
         return self.data[self.ends[i - 1] if i else 0 : self.ends[i]].decode()
 
-    def __len__(self) -> int:
-        return len(self.ends)
-
 
 @dataclass
 class Collected:
@@ -238,10 +235,8 @@ class _Reader:
         env = episode.env.id
         task = episode.task.key or episode.task.hash
         if episode.group is None:
-            if episode.task.key:
-                return GroupKey(run, env, "task.key", episode.task.key)
-            if episode.task.hash:
-                return GroupKey(run, env, "task.hash", episode.task.hash)
+            if task:
+                return GroupKey(run, env, "task.key" if episode.task.key else "task.hash", task)
             self.problem(
                 "no_group",
                 here,
