@@ -368,15 +368,15 @@ def _check_output(output: Path, inputs: list[Path]) -> None:
 def _why_none(collected: Any) -> str:
     """Why no trajectory could be scored, from the reading's accounting."""
     counts, skipped = collected.counts, sum(collected.skipped.values())
+    if not counts.traces and not skipped:
+        return ": the files hold no traces"
     reasons = [
-        f"{counts['errored']} errored (trace.ok or episode.ok false)" if counts["errored"] else "",
-        f"{counts['not_trainable']} not trainable" if counts["not_trainable"] else "",
+        f"{counts.errored} errored (trace.ok or episode.ok false)" if counts.errored else "",
+        f"{counts.not_trainable} not trainable" if counts.not_trainable else "",
         f"{skipped} bad lines or traces skipped" if skipped else "",
     ]
     reasons = [r for r in reasons if r]
-    if not counts["traces"] and not skipped:
-        return ": the files hold no traces"
-    return f": of {counts['traces']} traces, " + ", ".join(reasons) if reasons else ""
+    return f": of {counts.traces} traces, " + ", ".join(reasons) if reasons else ""
 
 
 def _traces_file(path: Path) -> Path:

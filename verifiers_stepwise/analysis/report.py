@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verifiers_stepwise.analysis.stats import TurnRow, turn_stats
-from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Grouped
+from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Counts, Grouped
 from verifiers_stepwise.estimators import Estimator, zero_advantage_groups
 from verifiers_stepwise.estimators.base import Estimate
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Config", "ConfigSummary", "Counts", "Groups", "Report", "number", "render", "summary", "write_turn_rows"]
+__all__ = ["Config", "ConfigSummary", "Groups", "Report", "number", "render", "summary", "write_turn_rows"]
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,6 @@ class ConfigSummary:
     config: dict[str, Any]
     zero_advantage_groups: int
     turns: list[TurnRow]
-
-
-@dataclass(frozen=True)
-class Counts:
-    lines: int
-    blank_lines: int
-    episodes: int
-    traces: int
-    trajectories: int
-    turns: int
-    not_trainable: int
-    errored: int
 
 
 @dataclass(frozen=True)
@@ -113,20 +101,10 @@ def summary(
             turns=turn_stats(batch, config.estimate, grouped.tokens),
         )
 
-    count = collected.counts
     sizes = Counter(batch.group_sizes.tolist())
     return Report(
         files=collected.files,
-        counts=Counts(
-            lines=count["lines"],
-            blank_lines=count["blank_lines"],
-            episodes=count["episodes"],
-            traces=count["traces"],
-            trajectories=batch.n_trajectories,
-            turns=batch.n_turns,
-            not_trainable=count["not_trainable"],
-            errored=count["errored"],
-        ),
+        counts=collected.counts,
         skipped={kind: collected.skipped[kind] for kind in PROBLEMS},
         problems=collected.problems,
         groups=Groups(

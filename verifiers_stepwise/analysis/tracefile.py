@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from verifiers_stepwise.traces.credit import Missing
     from verifiers_stepwise.traces.turns import Reading
 
-__all__ = ["BadInput", "Collected", "GroupKey", "Grouped", "PROBLEMS", "Strings", "collect"]
+__all__ = ["BadInput", "Collected", "Counts", "GroupKey", "Grouped", "PROBLEMS", "Strings", "collect"]
 
 PROBLEMS: dict[str, str] = {
     "malformed": "malformed lines",
@@ -84,6 +84,21 @@ class Strings:
 
 
 @dataclass
+class Counts:
+    """Every line and trace read: scored (a trajectory), excluded or skipped (``Collected.skipped``)."""
+
+    lines: int = 0
+    blank_lines: int = 0
+    episodes: int = 0
+    traces: int = 0
+    trajectories: int = 0
+    turns: int = 0
+    not_trainable: int = 0
+    errored: int = 0
+    """Excluded: ``trace.ok`` or ``episode.ok`` false."""
+
+
+@dataclass
 class Collected:
     """Per-turn rewards of every usable trajectory, in read order, plus the accounting."""
 
@@ -103,8 +118,7 @@ class Collected:
     episode_ids: Strings = field(default_factory=lambda: Strings())
     trace_ids: Strings = field(default_factory=lambda: Strings())
     agents: list[str] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)
-    """lines, blank_lines, episodes, traces, not_trainable, errored (excluded)."""
+    counts: Counts = field(default_factory=Counts)
     skipped: Counter = field(default_factory=Counter)
     """Skipped items by problem kind (see PROBLEMS)."""
     problems: list[str] = field(default_factory=list)
@@ -202,9 +216,9 @@ class _Reader:
             for number, line in enumerate(f, start=1):
                 if progress is not None:
                     progress(len(line))
-                out.counts["lines"] += 1
+                out.counts.lines += 1
                 if line.isspace():
-                    out.counts["blank_lines"] += 1
+                    out.counts.blank_lines += 1
                     continue
                 here = file_index << _LINE_BITS | number
                 try:
@@ -212,19 +226,19 @@ class _Reader:
                 except ValidationError as e:
                     self.problem("malformed", here, _describe(e))
                     continue
-                out.counts["episodes"] += 1
+                out.counts.episodes += 1
                 self.episode(episode, here)
 
     def episode(self, episode: Any, here: int) -> None:
         first = self.seen_episodes.setdefault(episode.id, here)
         if first != here:
-            self.out.counts["traces"] += len(episode.traces)
+            self.out.counts.traces += len(episode.traces)
             message = f"episode {episode.id!r} was already read at {self.where(first)}"
             self.problem("duplicate", here, message)
             return
         key = self.task_group(episode, here)
         if key is None:
-            self.out.counts["traces"] += len(episode.traces)
+            self.out.counts.traces += len(episode.traces)
             return
         for position in range(len(episode.traces)):
             self.trace(episode, position, key, here)
@@ -261,12 +275,12 @@ class _Reader:
     def trace(self, episode: Any, position: int, key: GroupKey, here: int) -> None:
         out = self.out
         trace = episode.traces[position]
-        out.counts["traces"] += 1
+        out.counts.traces += 1
         if not trace.agent.trainable:
-            out.counts["not_trainable"] += 1
+            out.counts.not_trainable += 1
             return
         if exclusion_reason(episode, trace) is not None:
-            out.counts["errored"] += 1
+            out.counts.errored += 1
             return
         try:
             turns, _ = scored_turns(trace, self.missing, self.reading)
@@ -285,6 +299,8 @@ class _Reader:
         out.rewards.extend(turns.rewards)
         out.tokens.extend(sum(trace.nodes[i].mask.count(True) for i in nodes) for nodes in turns.nodes)
         out.lengths.append(len(turns.rewards))
+        out.counts.trajectories += 1
+        out.counts.turns += len(turns.rewards)
         out.group.append(group)
         out.file.append(here >> _LINE_BITS)
         out.line.append(here & _LINE_MASK)
