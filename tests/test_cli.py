@@ -538,7 +538,7 @@ def test_reading_holds_per_trajectory_numbers_not_episodes(tmp_path):
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert collected.counts["episodes"] == stats["episodes"]
+    assert collected.counts.episodes == stats["episodes"]
     assert stats["bytes"] / stats["episodes"] > 8000
     assert held / stats["episodes"] < 600
 
