@@ -171,7 +171,7 @@ def _render_counts(console: Any, report: Report) -> None:
     if skipped:
         console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
         for problem in report.problems:
-            console.print(f"  [yellow]{problem}[/]", markup=False, highlight=False)
+            console.print(f"  {problem}", style="yellow", markup=False, highlight=False)
         total = sum(report.skipped.values())
         if total > len(report.problems):
             console.print(f"  ... and {total - len(report.problems):,} more")
