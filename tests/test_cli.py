@@ -494,6 +494,7 @@ def test_every_kind_of_bad_input_stops_with_its_line_then_skip_bad_counts_them(t
         "2 traces with invalid turns" in out
     )
     assert f"{path}:9: trace 0" in out
+    assert "[yellow]" not in out  # each problem is printed as text, styled, its brackets kept
 
 
 def test_missing_file_unknown_estimator_and_bad_config_are_clear_errors(tmp_path, capsys):
@@ -538,7 +539,7 @@ def test_reading_holds_per_trajectory_numbers_not_episodes(tmp_path):
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert collected.counts["episodes"] == stats["episodes"]
+    assert collected.counts.episodes == stats["episodes"]
     assert stats["bytes"] / stats["episodes"] > 8000
     assert held / stats["episodes"] < 600
 

@@ -21,7 +21,6 @@ BOUNDARY = {
     "verifiers_stepwise.errors.DependencyMissing": errors.DependencyMissing,
     "verifiers_stepwise.estimators.registry.UnknownEstimator": errors.ConfigError,
     "verifiers_stepwise.plugins.EntryPointConflict": errors.ConfigError,
-    "verifiers_stepwise.analysis.cli.CommandError": errors.ConfigError,
     "verifiers_stepwise.traces.credit.MissingTurnRewards": errors.TraceError,
     "verifiers_stepwise.analysis.tracefile.BadInput": errors.TraceError,
     "verifiers_stepwise.extras.TrainerDependencyMissing": errors.HostMismatch,

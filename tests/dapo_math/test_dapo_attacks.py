@@ -507,11 +507,16 @@ def test_vf_eval_stalling_and_quitting_rollouts_get_no_positive_credit(tmp_path)
 def test_vf_eval_math_verify_pays_only_the_exact_rational(tmp_path):
     """The near-miss decimal and the two-value hedge measured in issue 23 (each scored +1), and
     two of this suite's own, through the real ``vf-eval`` with the gold's exact form as control."""
-    problem = "What is one half as a fraction?"
-    path = tmp_path / "half.jsonl"
-    path.write_text(json.dumps({"id": "half", "problem": problem, "answer": HALF}) + "\n")
     replies = [HALF, "0.5000001", "\\frac{1}{2} \\text{, or } \\frac{7}{10}", "0.49999999999999999999"]
     replies.append("x = \\frac12 \\text{ or } x = \\frac{7}{10}")
+    scored = math_verify_rewards(tmp_path, "What is one half as a fraction?", HALF, replies)
+    assert scored == {HALF: 1.0} | {reply: -1.0 for reply in replies[1:]}
+
+
+def math_verify_rewards(tmp_path, problem: str, answer: str, replies: list[str]) -> dict[str, float]:
+    """Each reply's reward from the real ``vf-eval`` under ``math_verify``, one rollout each."""
+    path = tmp_path / "problem.jsonl"
+    path.write_text(json.dumps({"id": "problem", "problem": problem, "answer": answer}) + "\n")
     plan = PerRollout(*([f"Answer: {reply}"] for reply in replies))
     with ModelServer(scripted({problem: plan})) as server:
         run = run_vf_eval(
@@ -521,28 +526,15 @@ def test_vf_eval_math_verify_pays_only_the_exact_rational(tmp_path):
             output_dir=tmp_path / "outputs",
             env={"HOME": str(tmp_path)},
         )
-    scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
-    assert scored == {HALF: 1.0} | {reply: -1.0 for reply in replies[1:]}
+    return {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
 
 
 @pytest.mark.slow
 def test_vf_eval_math_verify_matches_a_relation_ground_truth_exactly(tmp_path):
     """Issue 36: a ground truth written as a relation got no exact check, so the near miss and
     the hedge scored +1; through the real ``vf-eval``, the honest answers beside them."""
-    problem = "Solve 2x = 1 for x."
-    path = tmp_path / "relation.jsonl"
-    path.write_text(json.dumps({"id": "relation", "problem": problem, "answer": RELATION}) + "\n")
     replies = RELATION_HONEST[:2] + RELATION_FORGED[:2]
-    plan = PerRollout(*([f"Answer: {reply}"] for reply in replies))
-    with ModelServer(scripted({problem: plan})) as server:
-        run = run_vf_eval(
-            ["stepwise-dapo-math", "-n", "1", "-r", str(len(replies)), "--env.taskset.path", str(path)]
-            + ["--env.taskset.task.verifier", "math_verify"],
-            server.base_url,
-            output_dir=tmp_path / "outputs",
-            env={"HOME": str(tmp_path)},
-        )
-    scored = {e.traces[0].info["dapo_turns"][-1]["extracted"]: e.traces[0].reward for e in run.episodes}
+    scored = math_verify_rewards(tmp_path, "Solve 2x = 1 for x.", RELATION, replies)
     assert scored == {reply: 1.0 for reply in replies[:2]} | {reply: -1.0 for reply in replies[2:]}
 
 

@@ -81,7 +81,7 @@ def test_every_entry_point_refuses_a_bad_option_naming_the_field(entry_point, ca
 
 
 def test_vf_stepwise_refuses_a_field_given_both_as_a_flag_and_in_options():
-    with pytest.raises(vf_stepwise.CommandError, match="--options sets gamma, which a flag also sets"):
+    with pytest.raises(ConfigError, match="--options sets gamma, which a flag also sets"):
         _vf_stepwise(["advantages", "traces.jsonl", "--gamma", "0.5", "--options", '{"gamma": 0.4}'])
     with pytest.raises(ConfigError, match="--options: must be a JSON object"):
         _vf_stepwise(["advantages", "traces.jsonl", "--options", "[0.4]"])

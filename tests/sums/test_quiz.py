@@ -16,23 +16,7 @@ from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 from verifiers_stepwise.traces.turns import read_turns
 
-KEY_VAR = "STEPWISE_TEST_API_KEY"
-QUESTION = re.compile(r"(\d+) \+ (\d+) =$")
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_VAR, "sk-local")
-
-
-def answer(call) -> int:
-    a, b = QUESTION.search(call.messages[-1]["content"]).groups()
-    return int(a) + int(b)
-
-
-def off_by(k):
-    return lambda call: f" {answer(call) + k}"
-
+from .conftest import KEY_VAR, QUESTION, answer, off_by
 
 # Per rollout (in arrival order): all right; the second answer off by one; the first and last
 # restated as sums (right), the second a hedge read as its first number (wrong); nothing right.

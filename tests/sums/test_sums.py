@@ -15,24 +15,7 @@ from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 from verifiers_stepwise.traces.turns import read_turns
 
-KEY_VAR = "STEPWISE_TEST_API_KEY"
-QUESTION = re.compile(r"(\d+) \+ (\d+) =$")
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_VAR, "sk-local")
-
-
-def answer(call) -> int:
-    """The right answer to the question the latest user message ends with."""
-    a, b = QUESTION.search(call.messages[-1]["content"]).groups()
-    return int(a) + int(b)
-
-
-def off_by(k):
-    return lambda call: f" {answer(call) + k}"
-
+from .conftest import KEY_VAR, QUESTION, answer, off_by
 
 # The k-th rollout to reach the server follows plan k % 5 (one count over every prompt): right at
 # once; too high then right; hedges and a decimal (wrong: only the first integer is read); no

@@ -15,14 +15,10 @@ from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
 from verifiers_stepwise.traces.turns import read_turns
 
-KEY_VAR = "STEPWISE_TEST_API_KEY"
+from .conftest import KEY_VAR
+
 GOAL = re.compile(r"from (\d+) to (\d+): \d+ \+$")
 AT = re.compile(r"(\d+) \+$")
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_VAR, "sk-local")
 
 
 def left(call) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import need
 
@@ -30,5 +31,5 @@ def graded_rounds(home: Path, plans: list, name_of: Callable[[str], str]) -> dic
         trace = episode.traces[0]
         assert trace.ok, trace.errors
         (round_,) = trace.info["swe_bench"]["rounds"]
-        found[name_of(round_["patch"])] = {**round_, "turn_rewards": trace.info["turn_rewards"]}
+        found[name_of(round_["patch"])] = {**round_, "turn_rewards": read_turns(trace).rewards}
     return found

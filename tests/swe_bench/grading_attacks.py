@@ -309,7 +309,7 @@ def _open(engine: str, instance, repo: Path, python: Path | None):
 
 
 async def attempt(workdir: Path, name: str, engine: str, python: Path | None = None) -> dict:
-    from stepwise_swe_bench.grading import PatchError, feedback, grade, hidden_lines, model_patch, round_reward
+    from stepwise_swe_bench.grading import PatchError, feedback, grade, hidden_lines, model_patch, round_score
     from stepwise_swe_bench.instances import load_instances
 
     (instance,) = load_instances(instance_ids=[TASK])
@@ -330,7 +330,7 @@ async def attempt(workdir: Path, name: str, engine: str, python: Path | None = N
     after = (await sandbox.run("echo still usable")).output
     remove()
     return {
-        "reward": round_reward(result, "partial"),
+        "score": round_score(result, "partial"),
         "resolved": result.resolved,
         "rejected": result.rejected,
         "tampered": result.tampered,

@@ -15,7 +15,7 @@ import pytest
 from stepwise_swe_bench.box import UnsupportedRuntime, close_box, prepare_box
 from stepwise_swe_bench.docker import USER, DockerSandbox
 from stepwise_swe_bench.fixtures import base_checkout
-from stepwise_swe_bench.grading import grade, model_patch, round_reward
+from stepwise_swe_bench.grading import grade, model_patch, round_score
 from stepwise_swe_bench.image import TAG
 from stepwise_swe_bench.instances import load_instances
 from stepwise_swe_bench.sandbox import SandboxUnavailable
@@ -90,8 +90,8 @@ def test_an_image_that_holds_its_repository_is_graded_in_fresh_containers_of_it(
 
     head, (before, after), ref = asyncio.run(rounds())
     assert head.output == f"{instance.base_commit}\n1000\n" or head.output.startswith(instance.base_commit)
-    assert round_reward(before, "resolved") == 0.0 and not before.tampered
-    assert round_reward(after, "resolved") == 1.0 and not after.tampered
+    assert round_score(before, "resolved") == 0.0 and not before.tampered
+    assert round_score(after, "resolved") == 1.0 and not after.tampered
     assert docker("ps", "-q", "--filter", f"name={ref.container}") == ""
 
 

@@ -160,7 +160,7 @@ def by_rollout(group, marker: str) -> tuple[vf.Trace, vf.Trace]:
 def test_a_model_that_fixes_the_bug_is_resolved_with_reward_1(run):
     trace, _ = by_rollout(run["groups"][0], "key=Version.parse")
     assert trace.ok, trace.errors
-    assert trace.info["turn_rewards"] == [1.0] and read_turns(trace).rewards == [1.0]
+    assert trace.info["turn_scores"] == [1.0] and read_turns(trace).rewards == [1.0]
     assert trace.rewards["resolved"].score == 1.0
     (round_,) = trace.info["swe_bench"]["rounds"]
     assert round_["status"] == "RESOLVED_FULL" and round_["submitted"] and round_["rejected"] is None
@@ -175,7 +175,7 @@ def test_changing_the_test_machinery_scores_0_with_the_reason(run):
     repository; now the diff is rejected before any test runs, each round, with the reason."""
     cheat, _ = by_rollout(run["groups"][0], "pytest_runtest_makereport")
     assert cheat.ok, cheat.errors
-    assert cheat.info["turn_rewards"] == [-COST, 0.0] and cheat.rewards["resolved"].score == 0.0
+    assert read_turns(cheat).rewards == [-COST, 0.0] and cheat.rewards["resolved"].score == 0.0
     first, second = cheat.info["swe_bench"]["rounds"]
     assert "conftest.py is a pytest conftest.py" in first["rejected"]
     assert "pytest.ini is a pytest configuration file" in second["rejected"]
@@ -189,7 +189,7 @@ def test_changing_the_test_machinery_scores_0_with_the_reason(run):
 
 def test_breaking_a_pass_to_pass_test_is_not_resolved(run):
     broken, _ = by_rollout(run["groups"][1], "merged[-1][1] + 1")
-    assert broken.ok and broken.info["turn_rewards"] == [-COST, 0.0]
+    assert broken.ok and read_turns(broken).rewards == [-COST, 0.0]
     assert broken.rewards["resolved"].score == 0.0
     first, second = broken.info["swe_bench"]["rounds"]
     assert first["rejected"] is None and first["log_parsed"], first
@@ -219,7 +219,7 @@ def test_attacks_through_tools_fail_safely_and_are_recorded(run):
     # model call carrying it was refused by the budget stop, so only the record has it.
     assert "This round's step or time budget is used up" in transcript
     # Both rounds were graded; the budget then ended the episode.
-    assert attacker.info["turn_rewards"] == [-COST, 0.0]
+    assert read_turns(attacker).rewards == [-COST, 0.0]
     assert attacker.stop_condition == "out_of_budget"
     assert attacker.metrics["steps"] == 13
 
@@ -227,8 +227,8 @@ def test_attacks_through_tools_fail_safely_and_are_recorded(run):
 def test_a_second_round_fix_shows_in_the_turn_rewards_and_gets_the_credit(run):
     group = run["groups"][2]
     fixed, idle = by_rollout(group, "strip(separator)")
-    assert fixed.info["turn_rewards"] == [-COST, 1.0]
-    assert idle.info["turn_rewards"] == [-COST, 0.0]
+    assert read_turns(fixed).rewards == [-COST, 1.0]
+    assert read_turns(idle).rewards == [-COST, 0.0]
     first = fixed.info["swe_bench"]["rounds"][0]
     assert first["fail_to_pass"]["failure"] == ["tests/test_slugify.py::test_no_separator_at_the_ends"]
     feedback = [m.content for m in fixed.messages if m.role == "user"][1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from stepwise_swe_bench.fixtures import materialize
-from stepwise_swe_bench.grading import feedback, grade, model_patch, round_reward
+from stepwise_swe_bench.grading import feedback, grade, model_patch, round_score
 from stepwise_swe_bench.instances import SweInstance, load_instances
 from stepwise_swe_bench.sandbox import Sandbox
 from stepwise_swe_bench.verdict import expected
@@ -58,7 +58,7 @@ def check_gold(instance: SweInstance, sandbox: Sandbox) -> None:
     assert (before.status, before.resolved, before.log_parsed) == ("RESOLVED_NO", False, True)
     assert sorted(before.fail_to_pass["failure"]) == sorted(instance.FAIL_TO_PASS)
     assert sorted(before.pass_to_pass["success"]) == sorted(instance.PASS_TO_PASS)
-    assert round_reward(before, "resolved") == round_reward(before, "partial") == 0.0
+    assert round_score(before, "resolved") == round_score(before, "partial") == 0.0
 
     sh(sandbox, "git apply -", stdin=instance.patch.encode())
     after = graded(instance, sandbox)
@@ -67,7 +67,7 @@ def check_gold(instance: SweInstance, sandbox: Sandbox) -> None:
     # tests.json's GOLD_XFAIL says so (none of the bundled tasks has an xfail-marked test).
     graded_tests = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
     assert after.outcomes == {t: expected(t, instance.GOLD_XFAIL) for t in graded_tests}
-    assert round_reward(after, "resolved") == round_reward(after, "partial") == 1.0
+    assert round_score(after, "resolved") == round_score(after, "partial") == 1.0
     # Grading ran on a copy: the model's repository holds only the fix, never the hidden tests.
     assert asyncio.run(model_patch(sandbox, instance.base_commit, timeout_s=60)).strip() == instance.patch.strip()
 
@@ -81,8 +81,8 @@ def test_partial_credit_is_the_share_of_fail_to_pass(tmp_path: Path, engine: str
         result = graded(instance, sandbox)
     assert result.status == "RESOLVED_PARTIAL" and not result.resolved
     assert result.fail_to_pass["failure"] == ["tests/test_slugify.py::test_no_separator_at_the_ends"]
-    assert round_reward(result, "partial") == pytest.approx(2 / 3)
-    assert round_reward(result, "resolved") == 0.0
+    assert round_score(result, "partial") == pytest.approx(2 / 3)
+    assert round_score(result, "resolved") == 0.0
     message = feedback(result, round_index=0, rounds_left=1, max_log_chars=2000)
     assert "2/3 pass" in message and "test_no_separator_at_the_ends" in message
     assert "1 round left" in message and "AssertionError" in message
@@ -97,7 +97,7 @@ def test_breaking_a_pass_to_pass_test_zeroes_the_reward(tmp_path: Path, engine: 
         result = graded(instance, sandbox)
     assert result.fail_to_pass["failure"] == [] and not result.resolved
     assert result.pass_to_pass["failure"] == ["tests/test_core.py::test_merge_disjoint"]
-    assert round_reward(result, "partial") == round_reward(result, "resolved") == 0.0
+    assert round_score(result, "partial") == round_score(result, "resolved") == 0.0
     assert "now fail:\n- tests/test_core.py::test_merge_disjoint" in feedback(
         result, round_index=0, rounds_left=1, max_log_chars=100
     )
@@ -122,7 +122,7 @@ def test_tests_that_hang_are_cut_off_and_score_zero(tmp_path: Path, engine: str)
         sh(sandbox, "printf 'while True:\\n    pass\\n' >> semverlite/__init__.py")
         result = graded(instance, sandbox, timeout_s=3)
     assert not result.log_parsed and result.run["termination"] == "timeout"
-    assert round_reward(result, "partial") == 0.0
+    assert round_score(result, "partial") == 0.0
     assert "could not be run" in feedback(result, round_index=1, rounds_left=0, max_log_chars=100)
 
 

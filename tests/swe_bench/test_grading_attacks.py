@@ -63,28 +63,28 @@ def check(results: dict[str, dict], memory_cap: bool) -> None:
     """``memory_cap``: the mode holds the episode's memory (Docker, bubblewrap as root)."""
     for name, expected in REJECTED.items():
         result = results[name]
-        assert result["reward"] == 0.0 and not result["resolved"], name
+        assert result["score"] == 0.0 and not result["resolved"], name
         assert result["rejected"] and expected in result["rejected"], (name, result["rejected"])
         assert "was not graded" in result["feedback"] and expected in result["feedback"], name
     for name in NOT_GRADED_AS_FIXED:
         result = results[name]
-        assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
+        assert result["score"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
     for name in BLOCKED:
         result = results[name]
-        assert result["reward"] == 0.0 and result["rejected"] is None and result["tampered"] is None, name
+        assert result["score"] == 0.0 and result["rejected"] is None and result["tampered"] is None, name
         assert result["fail_to_pass"]["failure"], name
     for name, why in TAMPERED.items():
         result = results[name]
-        assert result["reward"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
+        assert result["score"] == 0.0 and result["rejected"] is None, (name, result["rejected"])
         assert result["tampered"] and why in result["tampered"], (name, result["tampered"])
         assert "scored 0" in result["feedback"], name
     for name in ("decoy_exit_hook", "decoy_rerun"):
         assert results[name]["test_exit_code"] == 0, name  # recorded, not trusted
     for name in FIXES:
         result = results[name]
-        assert result["resolved"] and result["reward"] == 1.0, (name, result["rejected"], result["test_output"][-500:])
+        assert result["resolved"] and result["score"] == 1.0, (name, result["rejected"], result["test_output"][-500:])
     hog = results[MEMORY_HOG]
-    assert hog["reward"] == 0.0 and not hog["resolved"] and hog["rejected"] is None and hog["tampered"] is None
+    assert hog["score"] == 0.0 and not hog["resolved"] and hog["rejected"] is None and hog["tampered"] is None
     if memory_cap:  # killed at the cap: no verdict
         assert hog["run"]["exit_code"] in KILLED and not hog["outcomes"], hog["run"]
         assert "could not be run or their output could not be read (killed by SIGKILL" in hog["feedback"]

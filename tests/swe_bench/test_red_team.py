@@ -17,6 +17,7 @@ from stepwise_swe_bench.instances import load_instances
 
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import containers, need
 from .grading_attacks import VERDICT_FLAGGED, VERDICT_PAYLOADS
@@ -183,7 +184,7 @@ def rollouts(tmp_path_factory) -> dict[str, dict]:
         assert trace.ok, trace.errors
         info = trace.info["swe_bench"]
         name = re.match(r": red-team ([\w-]+)", info["tool_calls"][0]["input"]).group(1)
-        found[name] = {**info, "turn_rewards": trace.info["turn_rewards"]}
+        found[name] = {**info, "turn_rewards": read_turns(trace).rewards}
     assert sorted(found) == sorted(PLANS)
     found["left"] = containers() - before
     return found

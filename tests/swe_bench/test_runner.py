@@ -134,7 +134,7 @@ def test_a_user_install_grades_the_offline_tasks_and_stops_at_load_without_pytes
             rounds = trace.info["swe_bench"]["rounds"]
             assert all("No module named pytest" not in r["test_output"] and r["tampered"] is None for r in rounds)
             assert all(r["test_exit_code"] == 1 for r in rounds)  # the decoys fail in every honest run
-            by_task.setdefault(trace.task.data.id, []).append([r["reward"] for r in rounds])
+            by_task.setdefault(trace.task.data.id, []).append([r["score"] for r in rounds])
         assert {task: sorted(rewards) for task, rewards in by_task.items()} == {
             i.instance_id: [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0], [1.0]] for i in instances
         }

@@ -22,6 +22,7 @@ import stepwise_swe_bench
 
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
+from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import need
 from .test_decoys import F2P, TASK, attack, gold
@@ -89,7 +90,7 @@ def rounds(tmp_path_factory) -> dict[str, dict]:
         assert trace.ok, trace.errors
         (round_,) = trace.info["swe_bench"]["rounds"]
         name = "xfail" if "+# attack: xfail\n" in round_["patch"] else "gold" if round_["patch"].strip() else "none"
-        found[name] = {**round_, "turn_rewards": trace.info["turn_rewards"]}
+        found[name] = {**round_, "turn_rewards": read_turns(trace).rewards}
     assert sorted(found) == ["gold", "none", "xfail"]
     return found
 

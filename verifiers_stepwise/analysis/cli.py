@@ -1,26 +1,20 @@
-"""``vf-stepwise``: see what stepwise credit does to your rollouts.
+"""``vf-stepwise``: see what stepwise credit does to your rollouts (docs/vf-stepwise.md).
 
-    vf-stepwise list [--json]
-    vf-stepwise advantages TRACES... [--estimator NAME] [config flags] [--compare SPEC]
-                           [--gammas G,G,...] [--plot FILE.png] [-o FILE.jsonl | --no-output]
-                           [--json] [--skip-bad] [--progress | --no-progress]
-
-TRACES are ``traces.jsonl`` files as ``vf-eval`` writes them, or run directories holding
-one. The config flags are generated from the chosen estimator's pydantic ``Config`` (see
-``vf-stepwise advantages --estimator NAME --help``). Grouping, bad-input handling and the
-JSONL format are documented in ``verifiers_stepwise.analysis.tracefile`` and ``verifiers_stepwise.analysis.report``.
-
+The config flags are generated from the chosen estimator's pydantic ``Config`` (``flags``).
 Heavy modules (numpy, verifiers, rich, matplotlib) are imported only by the command that
-needs them, so ``vf-stepwise --help`` stays quick.
+needs them, so ``vf-stepwise --help`` stays quick. A user error (``ConfigError``,
+``RewardError``) prints as ``error: ...`` with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,17 +30,12 @@ EXIT_NO_PLOT = 1
 """``--plot`` without matplotlib: the tables and rows are written, the requested plot is not."""
 
 
-class CommandError(ConfigError):
-    """A user error: printed as ``error: ...`` with exit status 2."""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser(_estimator_for_flags(argv))
-    args = parser.parse_args(argv)
+    args = _parser(_estimator_for_flags(argv)).parse_args(argv)
     try:
         return args.command(args)
-    except CommandError as e:
+    except (ConfigError, RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
@@ -170,7 +159,7 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
 
         try:
             cls = _estimator_class(estimator)
-        except CommandError as e:
+        except ConfigError as e:
             adv.error(str(e))
         group = adv.add_argument_group(
             f"{estimator} config ({cls.__module__}:{cls.__qualname__}); pick another with --estimator NAME"
@@ -181,12 +170,12 @@ def _parser(estimator: str | None) -> argparse.ArgumentParser:
 
 
 def _estimator_class(name: str) -> type[Estimator]:
-    from verifiers_stepwise.estimators.registry import EntryPointConflict, UnknownEstimator, estimator_class
+    from verifiers_stepwise.estimators.registry import estimator_class
 
     try:
         return estimator_class(name)
-    except (UnknownEstimator, EntryPointConflict, TypeError) as e:
-        raise CommandError(str(e.args[0]) if e.args else str(e)) from None
+    except TypeError as e:  # a registered name that is not an Estimator
+        raise ConfigError(str(e)) from None
 
 
 # -- vf-stepwise list ---------------------------------------------------------------------
@@ -194,14 +183,10 @@ def _estimator_class(name: str) -> type[Estimator]:
 
 def _list(args: argparse.Namespace) -> int:
     from verifiers_stepwise.envs.bundles import available_environments
-    from verifiers_stepwise.estimators.registry import EntryPointConflict, available_estimators
+    from verifiers_stepwise.estimators.registry import available_estimators
 
-    try:
-        names = available_estimators()
-        environments = available_environments()
-    except EntryPointConflict as e:
-        raise CommandError(str(e)) from None
-    estimators = [_estimator_entry(name) for name in names]
+    estimators = [_estimator_entry(name) for name in available_estimators()]
+    environments = available_environments()
     if args.json:
         print(json.dumps({"estimators": estimators, "environments": environments}, indent=2, default=repr))
     else:
@@ -237,15 +222,16 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
     table = Table(title="advantage estimators (verifiers.advantage_estimators)", title_justify="left", show_lines=True)
     for column in ("name", "class", "field", "type", "default", "description"):
         table.add_column(column, overflow="fold")
-    for entry in estimators:
+    for entry in estimators:  # the name and class on the first of its rows
         if "error" in entry:
-            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]", "", "", "", "")
+            table.add_row(entry["name"], f"[red]failed to load: {entry['error']}[/]")
             continue
-        for i, f in enumerate(entry["fields"] or [{"name": "", "type": "", "default": "", "description": ""}]):
-            first = i == 0
-            default = repr(f["default"]) if f["name"] else ""
-            table.add_row(entry["name"] if first else "", entry["class"] if first else "", f["name"], f["type"],
-                          default, f["description"])  # fmt: skip
+        head = [entry["name"], entry["class"]]
+        for f in entry["fields"]:
+            table.add_row(*head, f["name"], f["type"], repr(f["default"]), f["description"])
+            head = ["", ""]
+        if not entry["fields"]:
+            table.add_row(*head)
     console.print(table)
     if not environments:
         console.print("no environment bundles installed (entry-point group verifiers.environments)")
@@ -286,7 +272,7 @@ def _advantages(args: argparse.Namespace) -> int:
         plot_credit(plot, grouped.batch, configs)
     report = summary(collected, grouped, configs, sweep, output, plot)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(asdict(report), indent=2, default=str))  # paths as str
     else:
         render(_console(), report)
     if no_plot is not None:
@@ -301,32 +287,29 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator | None, tuple[str, 
     from verifiers_stepwise.analysis.stats import with_gamma
 
     if args.estimator is None and not (_options(args) or args.gammas or (args.compare or "").startswith(":")):
-        try:
-            return None, _compare(args.compare, "", None) if args.compare else None, []
-        except ConfigError as e:
-            raise CommandError(str(e)) from None
+        return None, _compare(args.compare, "", None) if args.compare else None, []
     args.estimator = args.estimator or "stepwise"
-    try:
-        main_estimator = args.estimator_class(**_options(args))
-        compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
-    except ConfigError as e:
-        raise CommandError(str(e)) from None
+    main_estimator = args.estimator_class(**_options(args))
+    compare = _compare(args.compare, args.estimator, main_estimator) if args.compare else None
     try:
         return main_estimator, compare, [with_gamma(main_estimator, g) for g in _gammas(args.gammas or "")]
     except ValueError as e:  # ConfigError included
-        raise CommandError(f"--gammas: {e}") from None
+        raise ConfigError(f"--gammas: {e}") from None
 
 
 def _collect(paths: list[Path], args: argparse.Namespace) -> Any:
-    """The traces' turns (``_read``); bad input, or nothing to score, is one CommandError."""
-    from verifiers_stepwise.analysis.tracefile import BadInput
+    """The traces' turns, with a progress bar when asked; bad input, or nothing to score, is one
+    ConfigError."""
+    from verifiers_stepwise.analysis.tracefile import BadInput, collect
 
+    read = functools.partial(collect, paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
+    show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
-        collected = _read(paths, args)
+        collected = _with_progress(read, paths, args.progress) if show else read()
     except BadInput as e:
-        raise CommandError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
+        raise ConfigError(f"{e}\n(--skip-bad skips bad lines and traces and counts them)") from None
     if not collected.lengths:
-        raise CommandError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
+        raise ConfigError(f"no scorable trajectories in {', '.join(map(str, paths))}{_why_none(collected)}")
     return collected
 
 
@@ -336,9 +319,9 @@ def _kind_estimator(kinds: Any) -> Estimator:
 
     declared = sorted(str(kind) for kind in kinds if kind is not None)
     if len(declared) > 1:
-        raise CommandError(f"the traces declare several kinds of credit ({', '.join(declared)}): name one --estimator")
+        raise ConfigError(f"the traces declare several kinds of credit ({', '.join(declared)}): name one --estimator")
     if declared and declared[0] not in set(CreditKind):
-        raise CommandError(f"the traces declare credit_kind {declared[0]!r}, not one of {', '.join(CreditKind)}")
+        raise ConfigError(f"the traces declare credit_kind {declared[0]!r}, not one of {', '.join(CreditKind)}")
     return estimator_for(CreditKind(declared[0]) if declared else None)
 
 
@@ -365,10 +348,7 @@ def _config(name: str, estimator: Estimator, batch: Any) -> Any:
     from verifiers_stepwise.traces.credit import checked_estimate
 
     label = describe(name, estimator)
-    try:
-        return Config(label, estimator, checked_estimate(estimator, batch, label))
-    except RewardError as e:  # e.g. returns that overflow float64
-        raise CommandError(str(e)) from None
+    return Config(label, estimator, checked_estimate(estimator, batch, label))  # RewardError: e.g. an overflow
 
 
 def _check_output(output: Path, inputs: list[Path]) -> None:
@@ -376,34 +356,34 @@ def _check_output(output: Path, inputs: list[Path]) -> None:
     inputs under another name (the same path, a symlink or a hard link to one)."""
     parent = output.resolve().parent
     if not parent.is_dir():
-        raise CommandError(f"{output}: cannot write there, {parent} is not a directory")
+        raise ConfigError(f"{output}: cannot write there, {parent} is not a directory")
     if not output.exists():
         return
     target = output.stat()
     for path in inputs:
         if path.exists() and (path.stat().st_dev, path.stat().st_ino) == (target.st_dev, target.st_ino):
-            raise CommandError(f"{output}: would overwrite the input file {path} (the same file under another name)")
+            raise ConfigError(f"{output}: would overwrite the input file {path} (the same file under another name)")
 
 
 def _why_none(collected: Any) -> str:
     """Why no trajectory could be scored, from the reading's accounting."""
     counts, skipped = collected.counts, sum(collected.skipped.values())
+    if not counts.traces and not skipped:
+        return ": the files hold no traces"
     reasons = [
-        f"{counts['errored']} errored (trace.ok or episode.ok false)" if counts["errored"] else "",
-        f"{counts['not_trainable']} not trainable" if counts["not_trainable"] else "",
+        f"{counts.errored} errored (trace.ok or episode.ok false)" if counts.errored else "",
+        f"{counts.not_trainable} not trainable" if counts.not_trainable else "",
         f"{skipped} bad lines or traces skipped" if skipped else "",
     ]
     reasons = [r for r in reasons if r]
-    if not counts["traces"] and not skipped:
-        return ": the files hold no traces"
-    return f": of {counts['traces']} traces, " + ", ".join(reasons) if reasons else ""
+    return f": of {counts.traces} traces, " + ", ".join(reasons) if reasons else ""
 
 
 def _traces_file(path: Path) -> Path:
     if path.is_dir():
         path = path / "traces.jsonl"
     if not path.is_file():
-        raise CommandError(f"{path}: no such traces file")
+        raise ConfigError(f"{path}: no such traces file")
     return path
 
 
@@ -416,7 +396,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     given = options_json(args.options) if args.options is not None else {}
     twice = sorted(set(flags) & set(given))
     if twice:
-        raise CommandError(f"--options sets {', '.join(twice)}, which a flag also sets; give each field once")
+        raise ConfigError(f"--options sets {', '.join(twice)}, which a flag also sets; give each field once")
     return {**given, **flags}
 
 
@@ -443,42 +423,25 @@ def _gammas(text: str) -> list[float]:
         raise ValueError(f"expected numbers separated by commas, got {text!r}") from None
 
 
-def _read(paths: list[Path], args: argparse.Namespace) -> Any:
-    from verifiers_stepwise.analysis.tracefile import collect
-
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
-    if not show:
-        return collect(paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+def _with_progress(read: Callable[..., Any], paths: list[Path], force: bool | None) -> Any:
+    """``read(progress=...)`` under a progress bar of the bytes read, on stderr."""
+    from rich import progress as bar
 
     columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
+        bar.TextColumn("{task.description}"),
+        bar.BarColumn(),
+        bar.DownloadColumn(),
+        bar.TransferSpeedColumn(),
+        bar.TimeRemainingColumn(),
     )
     # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
-    console = _console(stderr=True, force_terminal=args.progress)
-    with Progress(*columns, console=console, transient=True) as progress:
+    console = _console(stderr=True, force_terminal=force)
+    with bar.Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 
         progress.update(task, description="reading traces")
-        return collect(
-            paths,
-            skip_bad=args.skip_bad,
-            missing=args.missing,
-            progress=lambda n: progress.advance(task, n),
-            reading=args.reading,
-        )
+        return read(progress=lambda n: progress.advance(task, n))
 
 
 def _console(stderr: bool = False, force_terminal: bool | None = None) -> Any:

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifiers_stepwise.analysis.stats import TurnStats, turn_stats
-from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Grouped
+from verifiers_stepwise.analysis.stats import TurnRow, turn_stats
+from verifiers_stepwise.analysis.tracefile import PROBLEMS, Collected, Counts, Grouped
 from verifiers_stepwise.estimators import Estimator, zero_advantage_groups
 from verifiers_stepwise.estimators.base import Estimate
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Config", "ConfigSummary", "Counts", "Groups", "Report", "number", "render", "summary", "write_turn_rows"]
+__all__ = ["Config", "ConfigSummary", "Groups", "Report", "number", "render", "summary", "write_turn_rows"]
 
 
 @dataclass(frozen=True)
@@ -51,19 +51,7 @@ class ConfigSummary:
     label: str
     config: dict[str, Any]
     zero_advantage_groups: int
-    turns: TurnStats
-
-
-@dataclass(frozen=True)
-class Counts:
-    lines: int
-    blank_lines: int
-    episodes: int
-    traces: int
-    trajectories: int
-    turns: int
-    not_trainable: int
-    errored: int
+    turns: list[TurnRow]
 
 
 @dataclass(frozen=True)
@@ -72,16 +60,13 @@ class Groups:
     by: dict[str, int]
     """How many groups each id field formed (``group.id``, ``task.key``, ``task.hash``)."""
     sizes: dict[int, int]
-    """Groups by their number of trajectories."""
-
-    @property
-    def singleton(self) -> int:
-        return self.sizes.get(1, 0)
+    """Groups by their number of trajectories, smallest first."""
+    singleton: int
 
 
 @dataclass(frozen=True)
 class Report:
-    """Everything ``vf-stepwise advantages`` reports; ``to_json`` is what ``--json`` prints."""
+    """Everything ``vf-stepwise advantages`` reports; ``--json`` prints it (``dataclasses.asdict``)."""
 
     files: list[str]
     counts: Counts
@@ -95,28 +80,6 @@ class Report:
     """The main config at each of ``--gammas``."""
     output: Path | None
     plot: Path | None
-
-    def to_json(self) -> dict[str, Any]:
-        def config(entry: ConfigSummary) -> dict[str, Any]:
-            return {**asdict(entry) | {"turns": entry.turns.rows()}}
-
-        groups = self.groups
-        return {
-            "files": self.files,
-            "counts": asdict(self.counts),
-            "skipped": self.skipped,
-            "problems": self.problems,
-            "groups": {
-                "count": groups.count,
-                "by": groups.by,
-                "sizes": {str(size): n for size, n in sorted(groups.sizes.items())},
-                "singleton": groups.singleton,
-            },
-            "estimators": [config(entry) for entry in self.estimators],
-            "sweep": [config(entry) for entry in self.sweep],
-            "output": None if self.output is None else str(self.output),
-            "plot": None if self.plot is None else str(self.plot),
-        }
 
 
 def summary(
@@ -138,25 +101,17 @@ def summary(
             turns=turn_stats(batch, config.estimate, grouped.tokens),
         )
 
-    count = collected.counts
+    sizes = Counter(batch.group_sizes.tolist())
     return Report(
         files=collected.files,
-        counts=Counts(
-            lines=count["lines"],
-            blank_lines=count["blank_lines"],
-            episodes=count["episodes"],
-            traces=count["traces"],
-            trajectories=batch.n_trajectories,
-            turns=batch.n_turns,
-            not_trainable=count["not_trainable"],
-            errored=count["errored"],
-        ),
+        counts=collected.counts,
         skipped={kind: collected.skipped[kind] for kind in PROBLEMS},
-        problems=[str(p) for p in collected.problems],
+        problems=collected.problems,
         groups=Groups(
             count=batch.n_groups,
             by=dict(Counter(key.by for key in collected.groups)),
-            sizes=dict(Counter(batch.group_sizes.tolist())),
+            sizes=dict(sorted(sizes.items())),
+            singleton=sizes[1],
         ),
         estimators=[config_summary(config) for config in configs],
         sweep=[config_summary(config) for config in sweep],
@@ -168,7 +123,7 @@ def summary(
 def render(console: Any, report: Report) -> None:
     """Print the report as rich text and tables."""
     _render_counts(console, report)
-    tokens = any(entry.turns.mean_tokens.any() for entry in report.estimators)
+    tokens = any(row.mean_tokens for entry in report.estimators for row in entry.turns)
     tables, needed = _credit_tables(console, report.estimators, tokens)
     if len(tables) > 1:
         console.print(
@@ -178,7 +133,12 @@ def render(console: Any, report: Report) -> None:
     for table in tables:
         console.print(table)
     if report.sweep:
-        console.print(_sweep_table(report.estimators[0].label, report.sweep))
+        columns: list[_Column] = [(name, 0, _SHARED[name]) for name in ("turn", "count")]
+        for k, entry in enumerate(report.sweep):
+            gamma = entry.config["gamma"]
+            columns += [(f"R γ={gamma:g}", k, _STATISTICS[0][1]), (f"A γ={gamma:g}", k, _STATISTICS[1][1])]
+        title = f"gamma sweep of {report.estimators[0].label}\nR: mean return, A: mean advantage, per turn index"
+        console.print(_turn_table(title, report.sweep, columns))
     if report.output:
         console.print(f"per-turn results: {report.output}", highlight=False)
     if report.plot:
@@ -193,7 +153,7 @@ def _render_counts(console: Any, report: Report) -> None:
         f" ({counts.blank_lines:,} blank), {counts.episodes:,} episodes, {counts.traces:,} traces"
     )
     by = ", ".join(f"{field} {n:,}" for field, n in groups.by.items())
-    sizes = ", ".join(f"{n:,}×{size}" for size, n in sorted(groups.sizes.items()))
+    sizes = ", ".join(f"{n:,}×{size}" for size, n in groups.sizes.items())
     console.print(
         f"[bold]scored[/] {counts.trajectories:,} trajectories, {counts.turns:,} turns,"
         f" in {groups.count:,} groups (by {by or '-'}; sizes {sizes or '-'})"
@@ -211,42 +171,43 @@ def _render_counts(console: Any, report: Report) -> None:
     if skipped:
         console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
         for problem in report.problems:
-            console.print(f"  [yellow]{problem}[/]", markup=False, highlight=False)
+            console.print(f"  {problem}", style="yellow", markup=False, highlight=False)
         total = sum(report.skipped.values())
         if total > len(report.problems):
             console.print(f"  ... and {total - len(report.problems):,} more")
 
 
-def _sweep_table(label: str, sweep: Sequence[ConfigSummary]) -> Any:
-    """Mean return and mean advantage per turn index, one pair of columns per gamma."""
+_Cell = Callable[[TurnRow], str]
+_Column = tuple[str, int, _Cell]
+"""A table column: header, which config's rows, and the cell of a row."""
+
+_SHARED: dict[str, _Cell] = {
+    "turn": lambda row: str(row.turn),
+    "count": lambda row: f"{row.count:,}",
+    "tokens": lambda row: f"{row.mean_tokens:.1f}",
+    "mean reward": lambda row: number(row.mean_reward),
+}
+"""The columns every config shares."""
+_STATISTICS: tuple[tuple[str, _Cell], ...] = (
+    ("mean return", lambda row: number(row.mean_return)),
+    ("mean adv", lambda row: number(row.advantage_mean, "+")),
+    ("std adv", lambda row: number(row.advantage_std)),
+    ("min adv", lambda row: number(row.advantage_min, "+")),
+    ("max adv", lambda row: number(row.advantage_max, "+")),
+)
+"""Each config's per-turn statistics, in table order."""
+
+
+def _turn_table(title: str | None, entries: Sequence[ConfigSummary], columns: Sequence[_Column]) -> Any:
+    """One row per turn index (count, tokens and reward do not depend on the config)."""
     from rich.table import Table
 
-    table = Table(
-        title=f"gamma sweep of {label}\nR: mean return, A: mean advantage, per turn index", title_justify="left"
-    )
-    table.add_column("turn", justify="right")
-    table.add_column("count", justify="right")
-    for entry in sweep:
-        gamma = entry.config["gamma"]
-        table.add_column(f"R γ={gamma:g}", justify="right")
-        table.add_column(f"A γ={gamma:g}", justify="right")
-    rows = [entry.turns.rows() for entry in sweep]
-    for t, row in enumerate(rows[0]):
-        cells = []
-        for turns in rows:
-            cells += [number(turns[t]["mean_return"]), number(turns[t]["advantage_mean"], "+")]
-        table.add_row(str(t), f"{row['count']:,}", *cells)
+    table = Table(title=title, title_justify="left")
+    for header, _, _ in columns:
+        table.add_column(header, justify="right")
+    for t in range(len(entries[0].turns)):
+        table.add_row(*(cell(entries[k].turns[t]) for _, k, cell in columns))
     return table
-
-
-_CREDIT_COLUMNS = (
-    ("mean return", "mean_return", ""),
-    ("mean adv", "advantage_mean", "+"),
-    ("std adv", "advantage_std", ""),
-    ("min adv", "advantage_min", "+"),
-    ("max adv", "advantage_max", "+"),
-)
-"""Each config's per-turn columns: header, row key, sign format."""
 
 
 def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool) -> tuple[list[Any], int]:
@@ -258,27 +219,26 @@ def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool)
     def width(table: Any) -> int:
         return int(console.measure(table, options=console.options.update_width(1 << 16)).minimum)  # unclamped
 
-    whole = _credit_table(entries, tokens, _CREDIT_COLUMNS, first=True)
+    whole = _credit_table(entries, tokens, _STATISTICS, first=True)
     needed = width(whole)
     if needed <= console.width:
         return [whole], needed
-    parts = [[_CREDIT_COLUMNS[0]]]
-    for column in _CREDIT_COLUMNS[1:]:
-        if width(_credit_table(entries, tokens, [*parts[-1], column], first=len(parts) == 1)) <= console.width:
-            parts[-1].append(column)
+    parts = [[_STATISTICS[0]]]
+    for statistic in _STATISTICS[1:]:
+        if width(_credit_table(entries, tokens, [*parts[-1], statistic], first=len(parts) == 1)) <= console.width:
+            parts[-1].append(statistic)
         else:
-            parts.append([column])
-    return [_credit_table(entries, tokens, columns, first=i == 0) for i, columns in enumerate(parts)], needed
+            parts.append([statistic])
+    return [_credit_table(entries, tokens, part, first=i == 0) for i, part in enumerate(parts)], needed
 
 
 def _credit_table(
-    entries: Sequence[ConfigSummary], tokens: bool, columns: Sequence[tuple[str, str, str]], first: bool
+    entries: Sequence[ConfigSummary], tokens: bool, statistics: Sequence[tuple[str, _Cell]], first: bool
 ) -> Any:
-    """The per-turn table of ``columns`` for the main config, or for it and ``--compare``'s side
-    by side: each statistic's column for the main config beside the compared one's, so a turn
-    index's numbers line up on one row. The ``first`` table has the title and the columns the
-    configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
-    from rich.table import Table
+    """The per-turn table of ``statistics`` for the main config, or for it and ``--compare``'s
+    side by side: each statistic's column for the main config beside the compared one's, so a
+    turn index's numbers line up on one row. The ``first`` table has the title and the columns
+    the configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
 
     def zeros(entry: ConfigSummary) -> str:
         return f"{entry.zero_advantage_groups:,} groups with all advantages 0"
@@ -288,21 +248,10 @@ def _credit_table(
     else:
         tags = ["\nmain", "\ncompare"]
         title = "\n".join(f"{tag.strip()}: {e.label}\n  {zeros(e)}" for tag, e in zip(tags, entries))
-    table = Table(title=title if first else None, title_justify="left")
-    shared = ("turn", "count", *(("tokens",) if tokens else ()), "mean reward") if first else ("turn",)
-    for name in shared:
-        table.add_column(name, justify="right")
-    for header, _, _ in columns:
-        for tag in tags:
-            table.add_column(header + tag, justify="right")
-    rows = [entry.turns.rows() for entry in entries]
-    for t, row in enumerate(rows[0]):  # count, tokens and reward do not depend on the config
-        cells = [str(row["turn"]), f"{row['count']:,}", *((f"{row['mean_tokens']:.1f}",) if tokens else ())]
-        table.add_row(
-            *(cells + [number(row["mean_reward"])] if first else cells[:1]),
-            *(number(turns[t][key], sign) for _, key, sign in columns for turns in rows),
-        )
-    return table
+    shared = [name for name in _SHARED if name != "tokens" or tokens] if first else ["turn"]
+    columns = [(name, 0, _SHARED[name]) for name in shared]
+    columns += [(header + tag, k, cell) for header, cell in statistics for k, tag in enumerate(tags)]
+    return _turn_table(title if first else None, entries, columns)
 
 
 def number(value: float | None, sign: str = "") -> str:
@@ -312,52 +261,33 @@ def number(value: float | None, sign: str = "") -> str:
 
 
 def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, configs: Sequence[Config]) -> None:
-    """Write the per-turn JSONL file (format in the module docstring).
-
-    Arrays become Python numbers a chunk of trajectories at a time, so the file of a large run
-    is written without a Python float per turn of the whole run in memory.
-    """
+    """Write the per-turn JSONL file (format in the module docstring), a trajectory at a time: no
+    Python float per turn of the whole run is held in memory."""
     batch = grouped.batch
     per_turn: list[tuple[str, np.ndarray | None]] = [("reward", batch.rewards), ("tokens", grouped.tokens)]
     for prefix, config in zip(("", "compare_"), configs):
         per_turn += [(prefix + "return", config.estimate.returns), (prefix + "advantage", config.estimate.advantages)]
-    ends = batch.trajectory_ends
+    starts, ends = batch.trajectory_starts.tolist(), batch.trajectory_ends.tolist()
     with path.open("w", encoding="utf-8") as f:
-        for lo in range(0, batch.n_trajectories, _CHUNK):
-            hi = min(lo + _CHUNK, batch.n_trajectories)
-            first = int(ends[lo] - batch.lengths[lo])
-            columns = [
-                (name, [None] * (ends[hi - 1] - first) if values is None else values[first : ends[hi - 1]].tolist())
-                for name, values in per_turn
-            ]
-            turn = 0
-            for j in range(lo, hi):
-                source = int(grouped.order[j])
-                group = int(batch.group_of_trajectory[j])
-                key = collected.groups[group]
-                length = int(batch.lengths[j])
-                head = json.dumps(
-                    {
-                        "file": collected.files[collected.file[source]],
-                        "line": collected.line[source],
-                        "episode": collected.episode_ids[source],
-                        "trace": collected.trace_ids[source],
-                        "agent": collected.agents[collected.agent[source]],
-                        "group": group,
-                        "group_by": key.by,
-                        "group_id": key.id,
-                    }
-                )[:-1]
-                for t in range(length):
-                    # Numbers are finite floats and ints: repr() is exactly what json writes.
-                    values = "".join(f', "{name}": {_json(column[turn])}' for name, column in columns)
-                    f.write(f'{head}, "turn": {t}, "turns": {length}{values}}}\n')
-                    turn += 1
-
-
-def _json(value: float | int | None) -> str:
-    return "null" if value is None else repr(value)
-
-
-_CHUNK = 4096
-"""Trajectories converted to Python numbers at once when writing rows."""
+        for j, (source, group) in enumerate(zip(grouped.order.tolist(), batch.group_of_trajectory.tolist())):
+            start, end = starts[j], ends[j]
+            key = collected.groups[group]
+            head = json.dumps(
+                {
+                    "file": collected.files[collected.file[source]],
+                    "line": collected.line[source],
+                    "episode": collected.episode_ids[source],
+                    "trace": collected.trace_ids[source],
+                    "agent": collected.agents[collected.agent[source]],
+                    "group": group,
+                    "group_by": key.by,
+                    "group_id": key.id,
+                }
+            )[:-1]
+            columns = [(name, values[start:end].tolist() if values is not None else None) for name, values in per_turn]
+            for t in range(end - start):
+                # Numbers are finite floats and ints: repr() is exactly what json writes.
+                numbers = "".join(
+                    f', "{name}": {"null" if column is None else repr(column[t])}' for name, column in columns
+                )
+                f.write(f'{head}, "turn": {t}, "turns": {end - start}{numbers}}}\n')

@@ -15,7 +15,7 @@ turns collect more discounted terms and so get higher advantages though no turn 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,29 +25,24 @@ from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 
-__all__ = ["TurnStats", "describe", "turn_stats", "with_gamma"]
+__all__ = ["TurnRow", "describe", "turn_stats", "with_gamma"]
 
 
 @dataclass(frozen=True)
-class TurnStats:
-    """Statistics per turn index; every array has one entry per index 0..max_turns-1."""
+class TurnRow:
+    """The statistics of one turn index, plain Python numbers."""
 
-    count: np.ndarray
-    mean_tokens: np.ndarray
+    turn: int
+    count: int
+    mean_tokens: float
     """Sampled tokens of the turn (0 for eval-client traces, which carry no token ids)."""
-    mean_reward: np.ndarray
-    mean_return: np.ndarray | None
+    mean_reward: float
+    mean_return: float | None
     """None for an estimator not built on per-turn returns."""
-    advantage_mean: np.ndarray
-    advantage_std: np.ndarray
-    advantage_min: np.ndarray
-    advantage_max: np.ndarray
-
-    def rows(self) -> list[dict[str, float | int | None]]:
-        """One dict per turn index, plain Python numbers (``mean_return`` None without returns)."""
-        columns = {f.name: getattr(self, f.name) for f in fields(self)}
-        listed = {name: [None] * self.count.size if v is None else v.tolist() for name, v in columns.items()}
-        return [{"turn": t, **{name: column[t] for name, column in listed.items()}} for t in range(self.count.size)]
+    advantage_mean: float
+    advantage_std: float
+    advantage_min: float
+    advantage_max: float
 
 
 def describe(name: str, estimator: Estimator) -> str:
@@ -65,8 +60,8 @@ def with_gamma(estimator: Estimator, gamma: float) -> Estimator:
     return type(estimator)(**config)
 
 
-def turn_stats(batch: RaggedBatch, estimate: Estimate, tokens: np.ndarray) -> TurnStats:
-    """Per-turn-index statistics of one estimate over ``batch``.
+def turn_stats(batch: RaggedBatch, estimate: Estimate, tokens: np.ndarray) -> list[TurnRow]:
+    """Per-turn-index statistics of one estimate over ``batch``, one row per index.
 
     Args:
       batch: the rewards the estimate was made from.
@@ -87,13 +82,15 @@ def turn_stats(batch: RaggedBatch, estimate: Estimate, tokens: np.ndarray) -> Tu
     adv_max = np.full(n_index, -np.inf)
     np.minimum.at(adv_min, t, adv)
     np.maximum.at(adv_max, t, adv)
-    return TurnStats(
-        count=count,
-        mean_tokens=mean(tokens.astype(np.float64)),
-        mean_reward=mean(batch.rewards),
-        mean_return=None if estimate.returns is None else mean(estimate.returns),
-        advantage_mean=adv_mean,
-        advantage_std=np.sqrt(mean(deviation * deviation)),
-        advantage_min=adv_min,
-        advantage_max=adv_max,
-    )
+    columns = [
+        count,
+        mean(tokens.astype(np.float64)),
+        mean(batch.rewards),
+        None if estimate.returns is None else mean(estimate.returns),
+        adv_mean,
+        np.sqrt(mean(deviation * deviation)),
+        adv_min,
+        adv_max,
+    ]
+    listed = [[None] * n_index if column is None else column.tolist() for column in columns]
+    return [TurnRow(index, *values) for index, values in enumerate(zip(*listed))]

@@ -7,39 +7,14 @@ rewards are taken: what stays in memory is, per trajectory, its turn rewards, it
 count per turn, its place in the file and its episode and trace ids — never the messages or
 token streams, which make up nearly all of a file's bytes.
 
-Grouping rule (which trajectories an estimator compares with each other). An episode's group is
-
-    (run, env, task group)   with
-    run        = episode.run.id, "" when the episode carries no run,
-    env        = episode.env.id,
-    task group = episode.group.id when set (a trainer's rollout group), otherwise
-                 episode.task.key, otherwise episode.task.hash,
-
-and its trajectories are the traces ``credit.score_group`` would score on that group: every
-trace of a trainable agent (all agents of the episode together, as score_group pools them),
-except errored ones (``trace.ok`` or ``episode.ok`` False), which score_group keeps out of the
-baseline; those are excluded here too and counted.
-
-Ids are compared as exact strings, never parsed, split or converted to numbers, and each is
-tagged with the field it came from (a group id "a" and a task key "a" are different groups).
-An episode with none of group.id, task.key and task.hash is bad input: it is never put in a
-catch-all group, the failure that merges every rollout of a run into one group. So
-``vf-eval -n N -r R`` output gives N groups of R trajectories (the task key is a content hash
-of the task row, run-local ``idx`` included). Episodes sharing a group id must share their
-task (key, else hash): a group that mixes tasks is bad input.
-
-A trajectory's turns are the ones ``score_group`` credits (``credit.scored_turns``): a trace
-without per-turn rewards (no ``info["turn_rewards"]``, or an empty list) is scored with its
-trace reward on its last turn (``missing="final_turn"``, the default) or is bad input
-(``missing="error"``).
-
-Bad input names the file and line: a malformed line, a duplicate episode id, an episode with
-no group identity, a mixed group, a trace without per-turn rewards under ``missing="error"``,
-or a trace whose turns are invalid (``turns.read_turns`` raises ``TraceError``: counts
-that disagree with its nodes, a reward that is not a finite number). It raises :class:`BadInput`, or
-with ``skip_bad`` is skipped and counted by kind (a bad line or episode skips that episode, a
-bad trace only that trace). Every line and trace is accounted for: scored, excluded
-(untrainable or errored) or skipped.
+An episode's group is (``episode.run.id`` or "", ``episode.env.id``, task group): the task
+group is ``episode.group.id`` when set, else ``episode.task.key``, else ``episode.task.hash``,
+each an exact string tagged with the field it came from. Its trajectories are the traces
+``credit.score_group`` would score on that group, with the turns it credits
+(``credit.scored_turns``). Bad input (the kinds in ``PROBLEMS``) raises :class:`BadInput`
+naming the file and line, or with ``skip_bad`` is skipped and counted; every line and trace is
+accounted for: scored, excluded (untrainable or errored) or skipped. The rules, in full:
+docs/vf-stepwise.md.
 """
 
 from __future__ import annotations
@@ -51,25 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from verifiers_stepwise.errors import TraceError
+from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.traces.credit import MissingTurnRewards, exclusion_reason, scored_turns
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from verifiers_stepwise.estimators.ragged import RaggedBatch
     from verifiers_stepwise.traces.credit import Missing
     from verifiers_stepwise.traces.turns import Reading
 
-__all__ = [
-    "BadInput",
-    "Collected",
-    "GroupKey",
-    "Grouped",
-    "PROBLEMS",
-    "Problem",
-    "Strings",
-    "collect",
-]
+__all__ = ["BadInput", "Collected", "Counts", "GroupKey", "Grouped", "PROBLEMS", "Strings", "collect"]
 
 PROBLEMS: dict[str, str] = {
     "malformed": "malformed lines",
@@ -88,23 +55,8 @@ MAX_KEPT_PROBLEMS = 20
 """Skipped items whose messages are kept for display; the rest are only counted."""
 
 
-@dataclass(frozen=True)
-class Problem:
-    kind: str
-    where: str
-    """``path:line``."""
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
-
-
 class BadInput(TraceError):
-    """An input line or trace that cannot be scored; names the file and line."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(str(problem))
-        self.problem = problem
+    """An input line or trace that cannot be scored: ``path:line: what``."""
 
 
 @dataclass(frozen=True)
@@ -130,8 +82,20 @@ class Strings:
     def __getitem__(self, i: int) -> str:
         return self.data[self.ends[i - 1] if i else 0 : self.ends[i]].decode()
 
-    def __len__(self) -> int:
-        return len(self.ends)
+
+@dataclass
+class Counts:
+    """Every line and trace read: scored (a trajectory), excluded or skipped (``Collected.skipped``)."""
+
+    lines: int = 0
+    blank_lines: int = 0
+    episodes: int = 0
+    traces: int = 0
+    trajectories: int = 0
+    turns: int = 0
+    not_trainable: int = 0
+    errored: int = 0
+    """Excluded: ``trace.ok`` or ``episode.ok`` false."""
 
 
 @dataclass
@@ -154,21 +118,16 @@ class Collected:
     episode_ids: Strings = field(default_factory=lambda: Strings())
     trace_ids: Strings = field(default_factory=lambda: Strings())
     agents: list[str] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)
-    """lines, blank_lines, episodes, traces, not_trainable, errored (excluded)."""
+    counts: Counts = field(default_factory=Counts)
     skipped: Counter = field(default_factory=Counter)
     """Skipped items by problem kind (see PROBLEMS)."""
-    problems: list[Problem] = field(default_factory=list)
-    """The first MAX_KEPT_PROBLEMS skipped items."""
+    problems: list[str] = field(default_factory=list)
+    """The first MAX_KEPT_PROBLEMS skipped items (``path:line: what``)."""
     kinds: Counter = field(default_factory=Counter)
     """Usable traces by the kind of credit they declare (``info["credit_kind"]``; None: none)."""
 
     def grouped(self) -> Grouped:
         """The trajectories reordered group by group (read order inside a group)."""
-        import numpy as np
-
-        from verifiers_stepwise.estimators.ragged import RaggedBatch
-
         lengths = np.frombuffer(self.lengths, dtype=np.int64)
         group = np.frombuffer(self.group, dtype=np.int64)
         order = np.argsort(group, kind="stable")
@@ -224,11 +183,6 @@ def collect(
 
 class _Reader:
     def __init__(self, skip_bad: bool, missing: Missing, reading: Reading) -> None:
-        from verifiers_stepwise.traces import credit  # loads numpy (estimators)
-
-        self.exclusion_reason = credit.exclusion_reason
-        self.scored_turns = credit.scored_turns
-        self.MissingTurnRewards = credit.MissingTurnRewards
         self.skip_bad = skip_bad
         self.missing = missing
         self.reading = reading
@@ -244,7 +198,7 @@ class _Reader:
         return f"{self.out.files[here >> _LINE_BITS]}:{here & _LINE_MASK}"
 
     def problem(self, kind: str, here: int, message: str) -> None:
-        problem = Problem(kind, self.where(here), message)
+        problem = f"{self.where(here)}: {message}"
         if not self.skip_bad:
             raise BadInput(problem)
         self.out.skipped[kind] += 1
@@ -262,9 +216,9 @@ class _Reader:
             for number, line in enumerate(f, start=1):
                 if progress is not None:
                     progress(len(line))
-                out.counts["lines"] += 1
+                out.counts.lines += 1
                 if line.isspace():
-                    out.counts["blank_lines"] += 1
+                    out.counts.blank_lines += 1
                     continue
                 here = file_index << _LINE_BITS | number
                 try:
@@ -272,19 +226,19 @@ class _Reader:
                 except ValidationError as e:
                     self.problem("malformed", here, _describe(e))
                     continue
-                out.counts["episodes"] += 1
+                out.counts.episodes += 1
                 self.episode(episode, here)
 
     def episode(self, episode: Any, here: int) -> None:
         first = self.seen_episodes.setdefault(episode.id, here)
         if first != here:
-            self.out.counts["traces"] += len(episode.traces)
+            self.out.counts.traces += len(episode.traces)
             message = f"episode {episode.id!r} was already read at {self.where(first)}"
             self.problem("duplicate", here, message)
             return
         key = self.task_group(episode, here)
         if key is None:
-            self.out.counts["traces"] += len(episode.traces)
+            self.out.counts.traces += len(episode.traces)
             return
         for position in range(len(episode.traces)):
             self.trace(episode, position, key, here)
@@ -295,10 +249,8 @@ class _Reader:
         env = episode.env.id
         task = episode.task.key or episode.task.hash
         if episode.group is None:
-            if episode.task.key:
-                return GroupKey(run, env, "task.key", episode.task.key)
-            if episode.task.hash:
-                return GroupKey(run, env, "task.hash", episode.task.hash)
+            if task:
+                return GroupKey(run, env, "task.key" if episode.task.key else "task.hash", task)
             self.problem(
                 "no_group",
                 here,
@@ -323,16 +275,16 @@ class _Reader:
     def trace(self, episode: Any, position: int, key: GroupKey, here: int) -> None:
         out = self.out
         trace = episode.traces[position]
-        out.counts["traces"] += 1
+        out.counts.traces += 1
         if not trace.agent.trainable:
-            out.counts["not_trainable"] += 1
+            out.counts.not_trainable += 1
             return
-        if self.exclusion_reason(episode, trace) is not None:
-            out.counts["errored"] += 1
+        if exclusion_reason(episode, trace) is not None:
+            out.counts.errored += 1
             return
         try:
-            turns, _ = self.scored_turns(trace, self.missing, self.reading)
-        except self.MissingTurnRewards:
+            turns, _ = scored_turns(trace, self.missing, self.reading)
+        except MissingTurnRewards:
             message = (
                 "has no info['turn_rewards'] (was it made by a stepwise environment? --missing final_turn "
                 "scores its trace reward as the last turn's, as score_group does by default)"
@@ -347,6 +299,8 @@ class _Reader:
         out.rewards.extend(turns.rewards)
         out.tokens.extend(sum(trace.nodes[i].mask.count(True) for i in nodes) for nodes in turns.nodes)
         out.lengths.append(len(turns.rewards))
+        out.counts.trajectories += 1
+        out.counts.turns += len(turns.rewards)
         out.group.append(group)
         out.file.append(here >> _LINE_BITS)
         out.line.append(here & _LINE_MASK)

@@ -8,6 +8,7 @@ otherwise defined here with what the older release offers:
     agent_config_fields   verifiers.v1.configs.agent (0.4.0)   the config's AgentConfig-valued fields
     bound_tool_message    verifiers.v1.harnesses.utils (0.4.0) older: the message as it is
     connect_mcp/call_mcp  verifiers.v1.harnesses.utils (0.4.0) older: absent, see MCP_TOOLS
+    TAKE, VIEW            Taskset.take/_view (0.4.0)           older: Taskset.head/view
 
 0.3.1 and a60a606 have no shared MCP helpers (each built-in harness program carries its own), so
 the ``stepwise-chat`` harness runs MCP tool servers on 0.4.x only (``MCP_TOOLS``) and refuses a
@@ -31,6 +32,8 @@ from verifiers_stepwise.errors import HostMismatch
 
 __all__ = [
     "MCP_TOOLS",
+    "TAKE",
+    "VIEW",
     "VERIFIERS_VERSION",
     "agent_config_fields",
     "bound_tool_message",
@@ -40,6 +43,9 @@ __all__ = [
 ]
 
 VERIFIERS_VERSION = version("verifiers")
+
+TAKE, VIEW = ("take", "_view") if hasattr(vf.Taskset, "take") else ("head", "view")
+"""The names of a taskset's first-n view and of its transformed view (``getattr(taskset, TAKE)(n)``)."""
 
 try:
     from verifiers.v1.configs.agent import agent_config_fields

@@ -12,11 +12,14 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from verifiers_stepwise.envs.compat import TAKE, VIEW
+
 __all__ = ["CountedTake", "warn_fewer"]
 
 
 class CountedTake:
-    """Mixin for a ``vf.Taskset`` (put it first): ``take(n)`` warns when fewer than n tasks come."""
+    """Mixin for a ``vf.Taskset`` (put it first): ``take(n)`` warns when fewer than n tasks come
+    (``head(n)`` on verifiers before 0.4, which calls it that: ``compat.TAKE``)."""
 
     def take(self, num_tasks: int) -> Any:
         def counted(tasks: Iterator[Any]) -> Iterator[Any]:
@@ -27,7 +30,10 @@ class CountedTake:
             if count < num_tasks:
                 warn_fewer("-n", num_tasks, count, self.source(), "after the selection")
 
-        return super().take(num_tasks)._view(counted)  # type: ignore[misc]  # a vf.Taskset's
+        return getattr(getattr(super(), TAKE)(num_tasks), VIEW)(counted)
+
+    if TAKE == "head":
+        head = take
 
     def source(self) -> str:
         """What the tasks come from, as the warning names it."""

@@ -16,6 +16,8 @@ from typing import Any
 import verifiers.v1 as vf
 from verifiers.v1.serve import EnvClient, EnvServer
 
+from verifiers_stepwise.envs.compat import TAKE
+
 __all__ = ["env_server", "run_groups"]
 
 
@@ -36,7 +38,7 @@ async def run_groups(
     """
     env = vf.load_environment(vf.resolve_env_config(config if isinstance(config, vf.EnvConfig) else dict(config)))
     ctx = vf.ModelContext(model=model, client=client, sampling=sampling or vf.SamplingConfig())
-    tasks = list(env.taskset.take(limit) if limit is not None else env.taskset)
+    tasks = list(getattr(env.taskset, TAKE)(limit) if limit is not None else env.taskset)
     async with env.serving():
         slots = [env.slots(task, rollouts) for task in tasks]
         episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for group in slots for slot in group))

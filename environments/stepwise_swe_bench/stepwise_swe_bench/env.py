@@ -4,9 +4,10 @@ A round is one environment turn of ``StepwiseMultiTurnEnv``: the model works thr
 (``toolset``) until it answers without a tool call (``submit`` tells it to). The environment then
 grades the model's diff on a fresh checkout (``grading``), records the round, and either ends the
 episode (resolved, last round, or budget used up) or sends the failing tests and a summary of the
-test log (never the hidden tests) as the next round's user message. The round reward is the turn
-reward, in the per-turn schema (``trace.info["turn_rewards"]``), so the stepwise estimator
-applies unchanged.
+test log (never the hidden tests) as the next round's user message. The grade describes the
+repository after the round, so it is the turn's score φ_t (``trace.info["turn_scores"]``), read
+as the reward r_t = φ_t − φ_prev: a round earns what it changed, and a partial fix kept unchanged
+through later rounds is paid once, not once per round.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import Field
 from verifiers_stepwise.envs.env import StepwiseMultiTurnEnv, StepwiseMultiTurnEnvConfig, Turn, TurnResult
 from verifiers_stepwise.traces.kinds import CreditKind
 
-from .grading import PatchError, RewardMode, RoundGrade, feedback, grade, model_patch, round_reward
+from .grading import PatchError, RewardMode, RoundGrade, feedback, grade, model_patch, round_score
 from .taskset import SWE_INFO, SweBenchTask
 
 __all__ = ["SweBenchEnv", "SweBenchEnvConfig"]
@@ -34,7 +35,7 @@ class SweBenchEnvConfig(StepwiseMultiTurnEnvConfig):
     """Charged on each unresolved round (``StepwiseMultiTurnEnvConfig``), so that resolving in
     the first round earns more than in the last."""
     reward: RewardMode = "resolved"
-    """Round reward: swebench's resolved verdict (1/0), or partial credit (the share of
+    """What a round scores: swebench's resolved verdict (1/0), or partial credit (the share of
     FAIL_TO_PASS tests that pass, 0 if any PASS_TO_PASS test breaks)."""
     feedback_log_chars: int = Field(3000, ge=0)
     """How much of the end of the failure summary (the test log's error lines, without the
@@ -65,13 +66,13 @@ class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
                     kept_log_bytes=task.config.grading_log_bytes,
                 )
         except Exception as error:  # noqa: BLE001 - the round is lost, the episode is kept
-            rounds.append(record | {"resolved": False, "reward": 0.0, "error": repr(error)[:2000]})
-            return TurnResult(reward=0.0)
-        reward = round_reward(result, self.config.reward)
-        graded = {"resolved": result.resolved, "reward": reward, "patch": patch[:MAX_RECORDED_PATCH]}
+            rounds.append(record | {"resolved": False, "score": 0.0, "error": repr(error)[:2000]})
+            return TurnResult(score=0.0)
+        score = round_score(result, self.config.reward)
+        graded = {"resolved": result.resolved, "score": score, "patch": patch[:MAX_RECORDED_PATCH]}
         rounds.append(record | graded | result.record())
         if result.resolved or turn.last or state.exhausted():
-            return TurnResult(reward=reward)
+            return TurnResult(score=score)
         state.start_round(turn.index + 1)
         message = feedback(
             result,
@@ -79,4 +80,4 @@ class SweBenchEnv(StepwiseMultiTurnEnv, vf.Env[SweBenchEnvConfig]):
             rounds_left=self.config.max_turns - turn.index - 1,
             max_log_chars=self.config.feedback_log_chars,
         )
-        return TurnResult(reward=reward, message=message)
+        return TurnResult(score=score, message=message)

@@ -14,7 +14,8 @@ official harness uses; nothing here re-decides what passed. What goes back to th
 summary (``feedback``): the failing test ids and the error lines of the log, without any line of
 the hidden tests.
 
-Round reward (``reward``):
+Round score (``reward``, the env's setting; recorded as the turn's score, so the reward of a round
+is what it changed):
 
 - ``"resolved"``: 1 if swebench reports the instance resolved (every FAIL_TO_PASS test passes and
   no PASS_TO_PASS test breaks), else 0;
@@ -47,7 +48,7 @@ __all__ = [
     "grade",
     "model_patch",
     "recorded_exit_code",
-    "round_reward",
+    "round_score",
 ]
 
 RewardMode = Literal["resolved", "partial"]
@@ -123,8 +124,8 @@ class RoundGrade:
         return record
 
 
-def round_reward(grade: RoundGrade, mode: RewardMode) -> float:
-    """The round's reward (see the module docstring)."""
+def round_score(grade: RoundGrade, mode: RewardMode) -> float:
+    """The round's score (see the module docstring)."""
     if grade.tampered is not None:
         return 0.0
     if grade.resolved:

@@ -1,20 +1,16 @@
 """torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
-advantage on its own tokens.
+advantage on its own tokens (docs/torchtitan.md).
 
-    (this module)     what serves both layouts: StepwiseAdvantage, the per-turn builder's logic
-                      (StepwiseSamples), the config-time checks (stepwise_controller); imports
-                      torchtitan.config only
-    release           torchtitan 0.3.0's layout (torchtitan.experiments.rl): its
-                      StepwiseTrainingSampleBuilder
+    (this module)     what serves both layouts: StepwiseAdvantage, the builder's per-turn logic
+                      (StepwiseSamples), the config-time checks; imports torchtitan.config only
+    release           0.3.0's layout: its StepwiseTrainingSampleBuilder
     verifiers         VerifiersRollouter: torchtitan 0.3.0 trains on any verifiers environment
-    config_registry   0.3.0's recipes: ``--module verifiers_stepwise.hosts.torchtitan --config ...``
-    main              torchtitan main's layout (torchtitan.rl): its StepwiseTrainingSampleBuilder,
-                      StepwiseVerifiersRollouter (per-turn credit for main's own Verifiers
-                      rollouter, PR #4356) and main's recipe
-    turns             which verifiers turn each torchtitan turn belongs to, and the credit record
-                      laid out on them (both Verifiers rollouters)
+    config_registry   0.3.0's recipes
+    main              main's layout: its StepwiseTrainingSampleBuilder, StepwiseVerifiersRollouter
+                      (main's own Verifiers rollouter, PR #4356) and main's recipe
+    turns             a trace's credit record laid out on its torchtitan turns (both rollouters)
 
-Shapes translated (checked against torchtitan 0.3.0 from PyPI), for a native torchtitan env:
+For a native torchtitan env (checked against torchtitan 0.3.0):
 
     RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
       → r_{j,k} = env_rewards[turn_reward_key] of turn k, or 0, except on the last turn, which
@@ -26,27 +22,6 @@ Shapes translated (checked against torchtitan 0.3.0 from PyPI), for a native tor
         the float torchtitan logs)
       → StepwiseTrainingSampleBuilder: A_{j,k} on every completion token of turn k, 0.0 on
         prompt and env tokens, in torchtitan's own packing of turns into samples (``lay_out``).
-
-The Verifiers rollouters make the record with ``score_group`` from the traces instead and lay
-it out on their turns (``turns.lay_out_credit``): a verifiers turn whose model replied several
-times (tool calls) is several torchtitan turns, each with that turn's advantage.
-
-Two ``Configurable`` components, both needed:
-
-- ``StepwiseAdvantage`` goes in ``Rollouter.Config.advantage``. torchtitan wants one float per
-  rollout (``Rollout.advantage``, "TODO: make it per token" in 0.3.0); each turn's advantage goes
-  on the turn, ``env_rewards["turn_advantage"]``, the per-turn slot torchtitan's rollout has.
-- ``StepwiseTrainingSampleBuilder`` (``release``'s or ``main``'s, by layout) goes in
-  ``AsyncLoopConfig.training_sample_builder``. It
-  lets torchtitan pack the samples, then lays each turn's advantage on its completion tokens.
-  Its ``drop_zero_std_reward_groups`` keeps torchtitan's intent (skip groups with no learning
-  signal) but tests per-turn credit instead of final rewards: a group is dropped only when
-  every completion token of every rollout carries advantage 0, so a group with equal final
-  rewards whose turns still differ is trained.
-
-torchtitan's own builder would put ``Rollout.advantage`` (turn 0's) on every token of a rollout;
-the pairing is checked when the config is built (``check_credit``), in the config
-``stepwise_controller`` returns (the recipes return one; wrap a config of your own with it).
 
 With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
 ``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
@@ -171,13 +146,8 @@ def turn_advantages(rollout: Rollout) -> list[float]:
 
 
 class StepwiseAdvantage(Configurable):
-    """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator.
-
-    Example (with ``StepwiseTrainingSampleBuilder.Config()`` as the controller's builder)::
-
-        with_stepwise_advantage(DapoMathRollouter.Config(...), gamma=0.9)  # torchtitan's rollouter
-        VerifiersRollouter.Config(..., advantage=stepwise_advantage(gamma=0.9))  # this package's
-    """
+    """``Rollouter.Config.advantage``: per-turn advantages from a registered estimator, paired
+    with ``StepwiseTrainingSampleBuilder`` (``check_credit``)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(Configurable.Config):
@@ -210,13 +180,9 @@ class StepwiseAdvantage(Configurable):
 
 
 def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
-    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config:
-    ``options`` as given, the rest at the estimator's defaults.
-
-    What recipes use: tyro turns a dict default that is not empty into one flag per key, so
-    each field then has its own flag (``--rollouter.advantage.options.gamma 0.9``), where a
-    partial dict would offer flags for its own keys only.
-    """
+    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config,
+    ``options`` as given and the rest at its defaults, so that tyro offers each its own flag
+    (``--rollouter.advantage.options.gamma 0.9``; a partial dict offers its own keys only)."""
     from verifiers_stepwise.estimators.registry import get_estimator
 
     full = get_estimator(estimator, **options).config.model_dump()
@@ -224,13 +190,10 @@ def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str
 
 
 class StepwiseSamples:
-    """``StepwiseTrainingSampleBuilder``'s own part, mixed into a torchtitan layout's
-    ``TrainingSampleBuilder`` (``release``, ``main``): turn t's completion tokens get A_{j,t}.
-
-    Needs each turn's advantage on the turn (``StepwiseAdvantage``, or this package's Verifiers
-    rollouters); a rollout without is an error that says so (``turn_advantages``). The
-    layout's class supplies ``metrics``, its ``observability.metrics`` module.
-    """
+    """``StepwiseTrainingSampleBuilder``'s own part, mixed into a layout's ``TrainingSampleBuilder``
+    (``release``, ``main``, which supply ``metrics``): turn t's completion tokens get A_{j,t}.
+    Its ``drop_zero_std_reward_groups`` drops a group only when every completion token of every
+    rollout carries advantage 0 (torchtitan's compares final rewards)."""
 
     class Config:
         """What a layout's ``StepwiseTrainingSampleBuilder.Config`` also is (``check_credit``)."""
@@ -281,14 +244,9 @@ class StepwiseSamples:
 
 def check_credit(config: Any) -> None:
     """Raise ConfigError unless a ``Controller.Config`` pairs ``StepwiseAdvantage`` with
-    ``StepwiseTrainingSampleBuilder`` (either one alone mis-credits: torchtitan's builder
-    puts turn 0's advantage, ``Rollout.advantage``, on every token; this builder rejects a
-    rollout without per-turn advantages only once the first group arrives). Reads
-    ``config.rollouter.advantage`` and ``config.async_loop.training_sample_builder``; runs in
-    the config ``stepwise_controller`` returns once the CLI's overrides are applied. A config
-    that is not one (torchtitan's own ``Controller.Config``) is not checked: wrap it with
-    ``stepwise_controller``."""
-
+    ``StepwiseTrainingSampleBuilder``: either one alone mis-credits (torchtitan's builder puts
+    turn 0's advantage, ``Rollout.advantage``, on every token; this builder rejects a rollout
+    without per-turn advantages only once the first group arrives)."""
     stepwise = isinstance(config.rollouter.advantage, StepwiseAdvantage.Config)
     builder = config.async_loop.training_sample_builder
     if stepwise != isinstance(builder, StepwiseSamples.Config):
@@ -308,56 +266,42 @@ def check_credit(config: Any) -> None:
 
 def check_cli_flags(config: Any) -> None:
     """Raise ConfigError when ``config.rollouter`` holds ``StepwiseAdvantage`` in a field its class
-    annotates otherwise: tyro would then reject ``--rollouter.advantage.options.*`` (it builds
-    flags from the annotation). The error names ``with_stepwise_advantage``, which fixes it."""
-
+    annotates otherwise: tyro builds flags from the annotation, so it would reject
+    ``--rollouter.advantage.options.*``. The error names ``with_stepwise_advantage``."""
     rollouter = config.rollouter
-    if isinstance(rollouter.advantage, StepwiseAdvantage.Config) and (
-        _annotated_advantage(type(rollouter)) is not StepwiseAdvantage.Config
-    ):
+    annotated = _annotated_advantage(type(rollouter))
+    if isinstance(rollouter.advantage, StepwiseAdvantage.Config) and annotated is not StepwiseAdvantage.Config:
         raise ConfigError(
-            f"rollouter {type(rollouter).__qualname__} annotates its advantage as "
-            f"{_annotated_advantage(type(rollouter))!r}, so the CLI offers no --rollouter.advantage.options.* "
-            "flags for StepwiseAdvantage; wrap the rollouter config: "
+            f"rollouter {type(rollouter).__qualname__} annotates its advantage as {annotated!r}, so the CLI "
+            "offers no --rollouter.advantage.options.* flags for StepwiseAdvantage; wrap the rollouter config: "
             "verifiers_stepwise.hosts.torchtitan.with_stepwise_advantage(rollouter, **options)"
         )
 
 
 def with_stepwise_advantage(rollouter: Any, **options: float | int | str | bool) -> Any:
     """``rollouter`` (any torchtitan ``Rollouter.Config``) with ``StepwiseAdvantage`` as its
-    advantage, whose every estimator option is a CLI flag.
-
-    tyro builds a field's flags from its annotation: torchtitan's rollouters annotate
-    ``advantage`` as ``AdvantageEstimator.Config`` (or ``Configurable.Config``), so a
-    ``StepwiseAdvantage.Config`` put there has no ``--rollouter.advantage.options.*`` flags and
-    tyro rejects them. The config returned is of a subclass of ``rollouter``'s class (same owner,
-    same fields) that annotates ``advantage`` as ``StepwiseAdvantage.Config``. ``options``
-    default to the rollouter's current stepwise options, if it has them.
-    """
-    config_class = _stepwise_config_class(type(rollouter))
+    advantage, every estimator option a CLI flag: its class, or a subclass of it (same owner,
+    same fields) that annotates ``advantage`` as ``StepwiseAdvantage.Config`` where torchtitan's
+    annotates its own estimator's config. ``options`` default to the rollouter's current
+    stepwise options, if it has them."""
+    config_class = type(rollouter)
+    if _annotated_advantage(config_class) is not StepwiseAdvantage.Config:
+        annotated = {"__annotations__": {"advantage": StepwiseAdvantage.Config}}
+        default = field(default_factory=stepwise_advantage)
+        config_class = _subclass(config_class, "Stepwise", {**annotated, "advantage": default})
     current = rollouter.advantage
     if not options and isinstance(current, StepwiseAdvantage.Config):
         full = stepwise_advantage(current.estimator, **current.options)
         advantage = replace(full, turn_reward_key=current.turn_reward_key)
     else:
         advantage = stepwise_advantage("stepwise", **options)
-    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
-    return config_class(**kept, advantage=advantage)
-
-
-def _stepwise_config_class(base: type) -> type:
-    if _annotated_advantage(base) is StepwiseAdvantage.Config:
-        return base
-    annotated = {"__annotations__": {"advantage": StepwiseAdvantage.Config}}
-    return _subclass(base, "Stepwise", {**annotated, "advantage": field(default_factory=stepwise_advantage)})
+    return config_class(**{**init_fields(rollouter), "advantage": advantage})
 
 
 def stepwise_controller(config: Any) -> Any:
     """``config`` (a torchtitan ``Controller.Config``, of either layout) as a config of the same
-    fields whose ``__post_init__`` also runs ``check_credit`` and ``check_cli_flags``. torchtitan's
-    ``ConfigManager`` builds the config again with the CLI's overrides, so the checks see the
-    final one; ``build()`` builds torchtitan's own controller, unchanged."""
-
+    fields whose ``__post_init__`` also runs ``check_credit`` and ``check_cli_flags``, so they see
+    the CLI's overrides (torchtitan's ``ConfigManager`` builds the config again with them)."""
     base_post_init = getattr(type(config), "__post_init__", None)
 
     def __post_init__(self: Any) -> None:
@@ -366,8 +310,12 @@ def stepwise_controller(config: Any) -> Any:
         check_credit(self)
         check_cli_flags(self)
 
-    checked = _subclass(type(config), "Checked", {"__post_init__": __post_init__})
-    return checked(**{f.name: getattr(config, f.name) for f in fields(config) if f.init})
+    return _subclass(type(config), "Checked", {"__post_init__": __post_init__})(**init_fields(config))
+
+
+def init_fields(config: Any) -> dict[str, Any]:
+    """A dataclass config's ``__init__`` fields and their values: what rebuilds it as another class."""
+    return {f.name: getattr(config, f.name) for f in fields(config) if f.init}
 
 
 def _subclass(base: type, prefix: str, namespace: dict[str, Any]) -> type:
@@ -387,13 +335,12 @@ def _annotated_advantage(config_class: type) -> Any:
     """The annotation of ``advantage`` that a config class's dataclass fields follow (the nearest
     class in its MRO that annotates it), resolved; None when no class does or it will not resolve."""
     for klass in config_class.__mro__:
-        annotation = klass.__dict__.get("__annotations__", {}).get("advantage")
-        if annotation is None:
-            continue
+        annotation = vars(klass).get("__annotations__", {}).get("advantage")
         if isinstance(annotation, str):
             try:
                 return eval(annotation, vars(sys.modules[klass.__module__]))  # noqa: S307 (an annotation string)
             except Exception:
                 return None
-        return annotation
+        if annotation is not None:
+            return annotation
     return None

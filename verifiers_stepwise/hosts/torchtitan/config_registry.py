@@ -1,32 +1,22 @@
-"""Stepwise DAPO-Math recipes for torchtitan RL (a ``config_registry`` module).
+"""Stepwise DAPO-Math recipes for torchtitan 0.3.0 (docs/torchtitan.md)::
 
-    python -m torchtitan.experiments.rl.train \\
-        --module verifiers_stepwise.hosts.torchtitan.config_registry \\
+    python -m torchtitan.experiments.rl.train --module verifiers_stepwise.hosts.torchtitan \\
         --config rl_stepwise_verifiers_dapo_qwen3_4b_math      # or rl_stepwise_dapo_qwen3_4b_math
 
 ``rl_stepwise_verifiers_dapo_qwen3_4b_math`` runs this package's ``stepwise-dapo-math``
-verifiers env in refine mode (``max_turns`` attempts) through ``VerifiersRollouter``; any
-verifiers env works the same way (``--rollouter.taskset stepwise-refine``). Both recipes
-return their config through ``stepwise_controller``, which refuses a stepwise advantage paired
-with torchtitan's broadcasting builder after the CLI's overrides are applied. Importing this
-module needs no GPU package; calling a recipe loads torchtitan's trainer, and a missing
-dependency of it (vLLM, Monarch, torchstore, triton, ...) is reported by name.
-
-``rl_stepwise_dapo_qwen3_4b_math`` does the same on torchtitan's native env. torchtitan's
-DAPO-Math recipe gives the model one attempt per problem; here the model gets up to
-``max_attempts``: each attempt is scored with torchtitan's own Math-Verify scorer and that
-score is the turn's reward (``env_rewards["turn_reward"]``); after a wrong answer the env asks
-for another attempt, after a right one the episode ends. Per-turn advantages then reach each
-attempt's tokens through ``StepwiseAdvantage`` and ``StepwiseTrainingSampleBuilder``.
-Everything else (model, data, rubric, loss, parallelism) is torchtitan's recipe unchanged;
-the rubric still scores the last attempt, which is the rollout reward torchtitan logs and
-validates on (so validation reward here means "solved within ``max_attempts``").
+verifiers env in refine mode through ``VerifiersRollouter``; ``rl_stepwise_dapo_qwen3_4b_math``
+runs torchtitan's native DAPO-Math env with retries, each attempt scored by torchtitan's
+Math-Verify scorer as its turn's reward (``env_rewards["turn_reward"]``); its rubric still
+scores the last attempt, so validation reward means "solved within ``max_attempts``". Both are
+torchtitan's 8K DAPO-Math recipe otherwise, returned through ``stepwise_controller``.
+Importing this module needs no GPU package; calling a recipe loads torchtitan's trainer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verifiers_stepwise.errors import ConfigError
 from verifiers_stepwise.hosts.torchtitan import (
@@ -55,12 +45,7 @@ __all__ = [
     "rl_stepwise_dapo_qwen3_4b_math",
     "rl_stepwise_verifiers_dapo_qwen3_4b_math",
     "stepwise_verifiers_rollouter",
-    "with_stepwise_attempts",
 ]
-
-
-DEFAULT_ATTEMPTS = 4
-"""Attempts (and so turns) of a stepwise DAPO-Math episode unless configured."""
 
 
 class StepwiseDapoMathEnv(DapoMathEnv):
@@ -68,7 +53,7 @@ class StepwiseDapoMathEnv(DapoMathEnv):
 
     @dataclass(kw_only=True, slots=True)
     class Config(DapoMathEnv.Config):
-        max_attempts: int = DEFAULT_ATTEMPTS
+        max_attempts: int = 4
         """Attempts per problem; the episode also ends at the first correct answer."""
         retry_message: str = (
             "That answer is not correct. Check your work and try again. The last line of your "
@@ -112,42 +97,15 @@ class StepwiseDapoMathRollouter(DapoMathRollouter):
         advantage: StepwiseAdvantage.Config = field(default_factory=lambda: stepwise_advantage(scale="none"))
 
         def __post_init__(self) -> None:
-            # The attempts are the turn cap (``--rollouter.message_env.max_attempts 6``): the env
-            # says done at the last one, which torchtitan's TokenEnv reads before its own cap. A
-            # cap set to something else was once reset to the attempts without a word; it is
-            # refused, naming the flag that sets the cap. Nothing is written back, so a cap the
-            # CLI sets is always told apart from none (tyro rebuilds this config from the loaded
-            # one, whose values become the defaults).
+            # The attempts are the turn cap: the env says done at the last one, which torchtitan's
+            # TokenEnv reads before its own cap. Another cap is refused, not reset; nothing is
+            # written back, so a cap the CLI sets is always told apart from none.
             turns, attempts = self.token_env.max_num_turns, self.message_env.max_attempts
             if turns is not None and turns != attempts:
                 raise ConfigError(
                     f"token_env.max_num_turns {turns} differs from message_env.max_attempts {attempts}: "
                     f"the attempts are the turn cap; set --rollouter.message_env.max_attempts {turns} instead"
                 )
-
-
-def with_stepwise_attempts(
-    config: Controller.Config, *, max_attempts: int = 4, max_tokens_per_attempt: int = 2048
-) -> Controller.Config:
-    """A DAPO-Math ``Controller.Config`` turned into its stepwise, multi-attempt version.
-
-    Keeps the recipe's datasets, rubric and context budget; replaces the env, the advantage
-    component and the training-sample builder, and caps each attempt's sampled tokens.
-    """
-    rollouter = config.rollouter
-    generator = config.generator
-    return replace(
-        config,
-        rollouter=StepwiseDapoMathRollouter.Config(
-            train_dataset=rollouter.train_dataset,
-            validation_dataset=rollouter.validation_dataset,
-            rubric=rollouter.rubric,
-            message_env=StepwiseDapoMathEnv.Config(max_attempts=max_attempts),
-            token_env=replace(rollouter.token_env, max_num_turns=None),  # the attempts are the turn cap
-        ),
-        async_loop=replace(config.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
-        generator=replace(generator, sampling=replace(generator.sampling, max_tokens=max_tokens_per_attempt)),
-    )
 
 
 def stepwise_verifiers_rollouter(*, max_turns: int = 4) -> VerifiersRollouter.Config:
@@ -161,36 +119,42 @@ def stepwise_verifiers_rollouter(*, max_turns: int = 4) -> VerifiersRollouter.Co
 
 
 def rl_stepwise_dapo_qwen3_4b_math() -> Controller.Config:
-    """Qwen3-4B-Base on DAPO-Math, four attempts of up to 2K tokens within a 10K context.
+    """Qwen3-4B-Base on torchtitan's DAPO-Math env, up to four attempts, its datasets, rubric and
+    context budget kept."""
 
-    torchtitan's own 8K single-attempt recipe on one node (one TP=2 trainer, six TP=1
-    generators), made stepwise with ``with_stepwise_attempts``.
-    """
-    config = with_stepwise_attempts(_torchtitan_dapo_recipe())
-    return stepwise_controller(replace(config, dump_folder="outputs/rl/qwen3_4b_stepwise_dapo_math"))
+    def with_attempts(rollouter: DapoMathRollouter.Config) -> StepwiseDapoMathRollouter.Config:
+        return StepwiseDapoMathRollouter.Config(
+            train_dataset=rollouter.train_dataset,
+            validation_dataset=rollouter.validation_dataset,
+            rubric=rollouter.rubric,
+            message_env=StepwiseDapoMathEnv.Config(max_attempts=4),
+            token_env=replace(rollouter.token_env, max_num_turns=None),  # the attempts are the turn cap
+        )
+
+    return _on_torchtitans_dapo_recipe(with_attempts, "outputs/rl/qwen3_4b_stepwise_dapo_math")
 
 
 def rl_stepwise_verifiers_dapo_qwen3_4b_math() -> Controller.Config:
-    """Qwen3-4B-Base on this package's ``stepwise-dapo-math`` verifiers env, four attempts.
-
-    torchtitan's 8K DAPO-Math recipe (model, trainer, generators, loss) with its rollout path
-    replaced by ``VerifiersRollouter`` and its builder by ``StepwiseTrainingSampleBuilder``;
-    each attempt samples up to 2K tokens. Validation runs the same taskset, unshuffled.
-    """
-    base = _torchtitan_dapo_recipe()
-    config = replace(
-        base,
-        rollouter=stepwise_verifiers_rollouter(),
-        async_loop=replace(base.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
-        generator=replace(base.generator, sampling=replace(base.generator.sampling, max_tokens=2048)),
-        dump_folder="outputs/rl/qwen3_4b_stepwise_verifiers_dapo_math",
+    """Qwen3-4B-Base on this package's ``stepwise-dapo-math`` verifiers env, up to four attempts;
+    validation runs the same taskset, unshuffled."""
+    return _on_torchtitans_dapo_recipe(
+        lambda _: stepwise_verifiers_rollouter(), "outputs/rl/qwen3_4b_stepwise_verifiers_dapo_math"
     )
-    return stepwise_controller(config)
 
 
-def _torchtitan_dapo_recipe() -> Controller.Config:
-    """torchtitan's 8K DAPO-Math config, or TrainerDependencyMissing."""
+def _on_torchtitans_dapo_recipe(rollouter: Callable[[Any], Any], dump_folder: str) -> Controller.Config:
+    """torchtitan's 8K DAPO-Math recipe (model, trainer, one TP=2 trainer and six TP=1 generators,
+    loss) with ``rollouter(its rollouter)``, ``StepwiseTrainingSampleBuilder`` and up to 2K sampled
+    tokens an attempt, checked by ``stepwise_controller``; TrainerDependencyMissing without its stack."""
     # torchtitan's recipe module imports vLLM and Monarch, so it loads only when called.
     with requires_torchtitan("verifiers_stepwise.hosts.torchtitan.config_registry"):
         from torchtitan.experiments.rl.examples.dapo_math.config_registry import rl_dapo_qwen3_4b_math_8k
-    return rl_dapo_qwen3_4b_math_8k()
+    base = rl_dapo_qwen3_4b_math_8k()
+    config = replace(
+        base,
+        rollouter=rollouter(base.rollouter),
+        async_loop=replace(base.async_loop, training_sample_builder=StepwiseTrainingSampleBuilder.Config()),
+        generator=replace(base.generator, sampling=replace(base.generator.sampling, max_tokens=2048)),
+        dump_folder=dump_folder,
+    )
+    return stepwise_controller(config)

@@ -1,48 +1,24 @@
 """torchtitan main's layout (``torchtitan.rl``, after 0.3.0): per-turn credit for its own
-Verifiers rollouter, and its ``StepwiseTrainingSampleBuilder``.
+Verifiers rollouter (PR #4356), and its ``StepwiseTrainingSampleBuilder``.
 
-pytorch/torchtitan PR #4356 ("[rl] Add optional Verifiers rollout integration") runs verifiers
-episodes in torchtitan but gives only a rollout's last turn a reward
-(``env_rewards["verifiers_reward"] = trace.reward``) and estimates one advantage per rollout.
-``StepwiseVerifiersRollouter`` is that rollouter with two changes:
-
-- ``trace_to_rollout_turns`` calls torchtitan's own conversion and checks that its turns are
-  the trace's sampled spans token for token (``check_rollout_turns``; a mismatch is an error);
-- its advantage step credits the group's verifiers episodes with ``traces.credit.score_group``
-  (the estimator of its ``StepwiseAdvantage``; anchor states included) and lays each trace's
-  credit record out on its rollout's turns (``turns.lay_out_credit``), as this package's 0.3.0
-  rollouter does: each span gets its verifiers turn's advantage, the turns are labelled from
-  the record for torchtitan's logs, and an errored episode is out of the baseline and trains
-  nothing. The rollout's trace is the one ``Rollout.logs["verifiers_trace_id"]`` names;
-- its config's ``advantage`` is ``StepwiseAdvantage.Config`` (every estimator option its own
-  flag); pair it with this module's ``StepwiseTrainingSampleBuilder.Config()`` (main's
-  ``TrainingSampleBuilder`` with ``hosts.torchtitan.StepwiseSamples``) as the controller's
-  ``async_loop.training_sample_builder``.
-
-The recipe ``rl_stepwise_verifiers_dapo_qwen3_4b_math`` trains this package's
-``stepwise-dapo-math`` env in refine mode (up to 4 attempts, each scored ±1 as its turn's
-reward) through it, on torchtitan main's own Verifiers DAPO-Math recipe (model, trainer,
-generators, loss, parallelism)::
+PR #4356's ``VerifiersRollouter`` gives only a rollout's last turn a reward and estimates one
+advantage per rollout. ``StepwiseVerifiersRollouter`` is it with two changes: its turns are
+checked to be the trace's sampled spans, token for token (``turns.check_rollout_turns``), and
+its advantage step credits the group with ``traces.credit.score_group`` (its
+``StepwiseAdvantage``'s estimator) and lays each trace's record out on its rollout's turns
+(``turns.lay_out_credit``; the trace is the one ``Rollout.logs["verifiers_trace_id"]`` names).
 
     python -m torchtitan.rl.train --module verifiers_stepwise.hosts.torchtitan.main \\
         --config rl_stepwise_verifiers_dapo_qwen3_4b_math
 
-``stepwise_env_rollouter`` does the same for any verifiers env (``stepwise-refine``, yours);
-``with_stepwise_credit`` adds per-turn credit to a main recipe keeping its env.
-
-What was checked: ``tests/hosts/test_host_torchtitan_main.py`` runs torchtitan main's
-``rollouter.py``, ``data.py``, ``env_server.py`` and ``generation_server.py`` (the versions
-``tests/hosts/torchtitan_main/README.md`` names), with stand-ins for the rest of main that
-0.3.0 lacks, under this class against real verifiers episodes of this package's envs; each
-token's advantage equals ``score_group``'s. The base class is torchtitan main's
-``torchtitan.rl.examples.verifiers.rollouter.VerifiersRollouter``.
-Not run: torchtitan main itself (not released; 0.3.0 is the newest) and a GPU run.
+Checked by ``tests/hosts/test_host_torchtitan_main.py`` against main's own rollouter files
+(docs/torchtitan.md); not run: torchtitan main itself and a GPU run.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
@@ -52,6 +28,7 @@ from verifiers_stepwise.hosts.torchtitan import (
     StepwiseAdvantage,
     StepwiseSamples,
     env_config,
+    init_fields,
     requires_torchtitan,
     stepwise_advantage,
     stepwise_controller,
@@ -103,9 +80,8 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
         def __post_init__(self) -> None:
             _base.VerifiersRollouter.Config.__post_init__(self)
             _refuse_a_task_cap_verifiers_cannot_apply(self)
-            environment = getattr(self.verifiers_env_server, "environment", None)
-            if environment is not None:
-                refuse_a_uv_harness_without_uv(environment, "rollouter.verifiers_env_server.environment")
+            environment = self.verifiers_env_server.environment
+            refuse_a_uv_harness_without_uv(environment, "rollouter.verifiers_env_server.environment")
 
     _advantage_estimator: Any  # the base class's: StepwiseAdvantage, then _lay_out_credit
 
@@ -113,37 +89,31 @@ class StepwiseVerifiersRollouter(_base.VerifiersRollouter):
         super().__init__(config)
         self._estimator = self._advantage_estimator.estimator
         self._advantage_estimator = self._lay_out_credit  # what the base class calls on a group
-        # by trace id, from a rollout's conversion until its group is credited
-        self._nodes: dict[str, list[int]] = {}
-        self._episodes: dict[str, Any] = {}
-
-    def trace_to_rollout_turns(self, *, trace: Any, **kwargs: Any) -> list:
-        turns = _base.VerifiersRollouter.trace_to_rollout_turns(trace=trace, **kwargs)
-        # an errored trace's turn data may stop mid-turn; its record excludes it, and it trains nothing
-        self._nodes[trace.id] = check_rollout_turns(trace, turns) if trace.ok else []
-        return turns
+        self._played: dict[str, tuple[Any, Any]] = {}  # (episode, trace) by trace id, until credited
 
     def rollout_status(self, *, verifiers_episode: Any, trace: Any) -> Any:
-        self._episodes[trace.id] = verifiers_episode
+        self._played[trace.id] = (verifiers_episode, trace)
         return _base.VerifiersRollouter.rollout_status(verifiers_episode=verifiers_episode, trace=trace)
 
     def _lay_out_credit(self, group: Any) -> list:
         """Each rollout's advantages from its trace's credit record, ``score_group`` on the group."""
         played = []
         for rollout in group.rollouts:
-            trace_id = (getattr(rollout, "logs", None) or {}).get("verifiers_trace_id")
-            if trace_id not in self._episodes:
+            trace_id = rollout.logs.get("verifiers_trace_id")
+            if trace_id not in self._played:
                 raise HostMismatch(
                     f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} names no verifiers trace "
                     "this rollouter converted (Rollout.logs['verifiers_trace_id']); torchtitan's VerifiersRollouter "
                     "changed, update verifiers_stepwise.hosts.torchtitan.main"
                 )
-            played.append((rollout, trace_id, self._episodes.pop(trace_id), self._nodes.pop(trace_id)))
-        records = score_group([episode for _, _, episode, _ in played], self._estimator)
+            played.append((rollout, *self._played.pop(trace_id)))
+        records = score_group([episode for _, episode, _ in played], self._estimator)
         advantages = []
-        for rollout, trace_id, _, nodes in played:
+        for rollout, _, trace in played:
+            # an errored trace's turns may stop mid-turn; its record excludes it, and it trains nothing
+            nodes = check_rollout_turns(trace, rollout.turns) if trace.ok else []
             where = f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id}"
-            advantages.append(lay_out_credit(records[trace_id], rollout.turns, nodes, where))
+            advantages.append(lay_out_credit(records[trace.id], rollout.turns, nodes, where))
         return advantages
 
 
@@ -151,23 +121,17 @@ def _refuse_a_task_cap_verifiers_cannot_apply(config: Any) -> None:
     """torchtitan main's task source caps a taskset with ``Taskset.head(num_tasks)`` (verifiers
     0.3.1, its pin); verifiers 0.4.0 renamed it ``take``, so a cap would fail at the first
     build with an AttributeError. Refused here, at config time, with the way round it."""
+    import verifiers
     from verifiers.v1.taskset import Taskset
 
-    if hasattr(Taskset, "head"):
-        return
-    for name in ("train_data", "validation_source", "train_dataset", "validation_dataset"):
-        section = getattr(config, name, None)
-        source = getattr(section, "source", section)  # train_data.source; the others are sources
-        cap = getattr(source, "num_tasks", None)
-        if cap is not None:
-            import verifiers
-
-            where = f"rollouter.{name}{'.source' if source is not section else ''}.num_tasks"
+    sources = {"train_data.source": config.train_data.source, "validation_source": config.validation_source}
+    for where, source in sources.items():
+        if source.num_tasks is not None and not hasattr(Taskset, "head"):
             raise ConfigError(
-                f"{where} = {cap}: torchtitan main caps tasks with verifiers' Taskset.head, which "
-                f"verifiers {verifiers.__version__} calls take; leave num_tasks unset and cap the taskset "
-                "itself (stepwise_env_rollouter(..., env_args={'taskset.limit': N}) for a taskset with a "
-                "limit field), or install verifiers 0.3.1, main's pin"
+                f"rollouter.{where}.num_tasks = {source.num_tasks}: torchtitan main caps tasks with verifiers' "
+                f"Taskset.head, which verifiers {verifiers.__version__} calls take; leave num_tasks unset and cap "
+                "the taskset itself (stepwise_env_rollouter(..., env_args={'taskset.limit': N}) for a taskset "
+                "with a limit field), or install verifiers 0.3.1, main's pin"
             )
 
 
@@ -208,8 +172,8 @@ def with_stepwise_credit(config: Any, **options: float | int | str | bool) -> An
 
 
 def _stepwise(rollouter: Any, options: dict[str, Any], **changes: Any) -> StepwiseVerifiersRollouter.Config:
-    kept = {f.name: getattr(rollouter, f.name) for f in fields(rollouter) if f.init and f.name != "advantage"}
-    return StepwiseVerifiersRollouter.Config(**{**kept, **changes}, advantage=stepwise_advantage("stepwise", **options))
+    advantage = stepwise_advantage("stepwise", **options)
+    return StepwiseVerifiersRollouter.Config(**{**init_fields(rollouter), **changes, "advantage": advantage})
 
 
 def _refuse_verifiers_before_0_4(taskset: str) -> None:

@@ -1,9 +1,6 @@
-"""torchtitan 0.3.0's layout (``torchtitan.experiments.rl``, the release on PyPI): its builder.
-
-``StepwiseTrainingSampleBuilder`` is torchtitan 0.3.0's ``TrainingSampleBuilder`` with each
-turn's advantage laid on that turn's completion tokens (``hosts.torchtitan.StepwiseSamples``);
-it goes in ``AsyncLoopConfig.training_sample_builder``. torchtitan main moved the RL package to
-``torchtitan.rl``: there use ``hosts.torchtitan.main``'s.
+"""torchtitan 0.3.0's layout (``torchtitan.experiments.rl``, the release on PyPI): its
+``StepwiseTrainingSampleBuilder``. torchtitan main moved the RL package to ``torchtitan.rl``:
+there use ``hosts.torchtitan.main``'s.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ __all__ = ["LAYOUT", "StepwiseTrainingSampleBuilder"]
 
 
 class StepwiseTrainingSampleBuilder(StepwiseSamples, TrainingSampleBuilder):
-    """``AsyncLoopConfig.training_sample_builder`` on torchtitan 0.3.0: turn t's completion
-    tokens get A_{j,t} (``StepwiseSamples``)."""
+    """``AsyncLoopConfig.training_sample_builder`` on torchtitan 0.3.0 (``StepwiseSamples``)."""
 
     metrics = metrics
 

@@ -1,12 +1,6 @@
-"""Which verifiers turn each torchtitan turn of a trace belongs to, and its credit.
-
-Shared by both Verifiers rollouters: this package's for torchtitan 0.3.0
-(``hosts.torchtitan.verifiers``, which makes the turns) and torchtitan main's own (PR #4356,
-``hosts.torchtitan.main``, which checks the turns torchtitan made). Both score a group with
-``traces.credit.score_group`` and lay each trace's credit record out on its torchtitan turns
-(``lay_out_credit``): the record is the one place a turn's reward becomes its advantage, and
-the one route by which a verifiers turn's reward reaches torchtitan. Imports no torchtitan
-module beyond ``hosts.torchtitan``, so it loads on either layout.
+"""Which verifiers turn each torchtitan turn of a trace belongs to, and its credit: shared by
+both Verifiers rollouters (``verifiers``, which makes the turns, and ``main``, which checks the
+turns torchtitan main made). Imports no torchtitan layout, so it loads on either.
 """
 
 from __future__ import annotations

@@ -3,29 +3,13 @@
     Rollouter.Config  →  VerifiersRollouter.Config(taskset="stepwise-dapo-math",
                                                    env_args={"max_turns": 4})
 
-The design of torchtitan's own Verifiers integration (pytorch/torchtitan PR #4356, on main
-after 0.3.0), rebuilt for the 0.3.0 release and with per-turn rewards carried through:
-
-1. Verifiers owns the episode: the env runs in verifiers' env server (``verifiers.v1.serve``,
-   in a subprocess, or in this process with ``env_in_process``), which calls the model through
-   verifiers' token-level train client (``TrainClientConfig``: renders with the same
-   ``renderers`` renderer torchtitan built, samples token ids).
-2. That client calls a local token endpoint (``hosts.token_endpoint``), which forwards each
-   generation to the controller's ``GenerateFn`` (torchtitan's generator) and records its policy versions.
-3. Each trace becomes one torchtitan ``Rollout``: every contiguous span of sampled tokens is a
-   ``RolloutTurn`` (prompt = the branch's tokens before it, so torchtitan packs a linear trace
-   into one sample); a node shared by two branches is trained once.
-4. torchtitan's rubric scores each rollout (``VerifiersReward`` returns the trace reward), and
-   the group's episodes are credited by ``traces.credit.score_group`` with the estimator of
-   ``StepwiseAdvantage`` (anchor states included, for ``gigpo``): one credit record per trace,
-   kept on it as ``trace.info["stepwise_credit"]``. Each rollout's advantage is that record laid
-   out on its turns (``turns.lay_out_credit``): the span of a sampled node gets the advantage of
-   the verifiers turn holding the node, so a turn with several sampled replies (tool calls) is
-   one env turn; the turns are labelled from the record for torchtitan's logs
-   (``env_rewards["turn_index"]`` on each span of turn t, ``["turn_reward"]`` r_t on its last).
-   ``StepwiseTrainingSampleBuilder`` puts A_{j,t} on turn t's tokens. As everywhere
-   ``score_group`` runs, an errored episode is out of its group's baseline and trains nothing
-   (0 on its tokens), whatever the rubric's ``error_reward``.
+The design of torchtitan main's own Verifiers integration (PR #4356), rebuilt for 0.3.0 with
+per-turn rewards carried through (docs/torchtitan.md, "How a group runs"): verifiers' env server
+runs the episodes, its train client calls a local token endpoint (``hosts.token_endpoint``'s
+routes) that forwards to the controller's ``GenerateFn``; each trace becomes one ``Rollout``
+(``trace_to_turns``); the group is credited by ``traces.credit.score_group`` with
+``StepwiseAdvantage``'s estimator and each trace's record laid out on its turns
+(``turns.lay_out_credit``).
 
 Checked against torchtitan 0.3.0 (``Rollouter``, ``RolloutTurn``, ``Rubric``) and verifiers
 0.4.0 (``EnvServer``, ``EnvClient``, ``TrainClientConfig``, ``Trace.branches``).
@@ -47,7 +31,7 @@ from verifiers_stepwise.errors import ConfigError, RewardError
 from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, generate_routes
 from verifiers_stepwise.hosts.torchtitan import Scalar, StepwiseAdvantage, env_config, requires_torchtitan
 from verifiers_stepwise.hosts.torchtitan.release import LAYOUT  # on main's layout: the error naming .main
-from verifiers_stepwise.hosts.torchtitan.turns import Span, lay_out_credit, sampled_spans
+from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit, sampled_spans
 from verifiers_stepwise.loopback import serve
 from verifiers_stepwise.traces.credit import score_group
 
@@ -64,6 +48,7 @@ if TYPE_CHECKING:
     import verifiers.v1 as vf
     from renderers import Renderer
     from torchtitan.experiments.rl.actors.generator import SamplingConfig
+    from torchtitan.experiments.rl.types import Completion
 
 __all__ = [
     "ROUTE_HEADER",
@@ -102,19 +87,18 @@ class VerifiersTasks(Configurable):
         self._tasks = [task.data.model_dump(mode="json") for task in taskset]
         if not self._tasks:
             raise ValueError(f"taskset {block['taskset']} has no tasks")
-        self._shuffle = config.shuffle
-        self._random = random.Random(config.seed)
-        self._order: Iterator[dict[str, Any]] = iter(())
+        self._order = _passes(self._tasks, random.Random(config.seed) if config.shuffle else None)
 
     def __next__(self) -> dict[str, Any]:
-        try:
-            return next(self._order)
-        except StopIteration:
-            order = list(self._tasks)
-            if self._shuffle:
-                self._random.shuffle(order)
-            self._order = iter(order)
-            return next(self._order)
+        return next(self._order)
+
+
+def _passes(tasks: list[dict[str, Any]], shuffler: random.Random | None) -> Iterator[dict[str, Any]]:
+    while True:
+        order = list(tasks)
+        if shuffler is not None:
+            shuffler.shuffle(order)
+        yield from order
 
 
 class VerifiersReward(RewardFn):
@@ -125,22 +109,12 @@ class VerifiersReward(RewardFn):
         pass
 
     async def __call__(self, rollout: Rollout, env_input: object) -> float:
-        for turn in reversed(rollout.turns):
-            if VERIFIERS_REWARD in turn.env_rewards:
-                return turn.env_rewards[VERIFIERS_REWARD]
+        if rollout.turns and VERIFIERS_REWARD in rollout.turns[-1].env_rewards:  # trace_to_turns puts it there
+            return rollout.turns[-1].env_rewards[VERIFIERS_REWARD]
         raise RewardError(
             f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} ({rollout.status}) carries no "
             f"{VERIFIERS_REWARD!r}; set the rubric's error_reward to score failed episodes"
         )
-
-
-@dataclass
-class _Versions:
-    """Policy versions and generator metrics of one trace's generations."""
-
-    low: int | None = None
-    high: int | None = None
-    metrics: list = field(default_factory=list)
 
 
 class VerifiersRollouter(Rollouter):
@@ -193,11 +167,8 @@ class VerifiersRollouter(Rollouter):
         self._validation_dataset = config.validation_dataset.build(env=env)
         self.rubric: Rubric = config.rubric.build()
         self.advantage_estimator = config.advantage.build()
-        self._message_env_config = config.message_env
-        self._token_env_config = config.token_env
-        self._routes: dict[str, _Route] = {}  # by ROUTE_HEADER value
-        self._route_of: dict[int, _Route] = {}  # by id(generate_fn): train and validation
-        self._versions: dict[str, _Versions] = {}
+        self._routes: dict[str, tuple[GenerateFn, SamplingConfig]] = {}  # by ROUTE_HEADER value
+        self._completions: dict[str, list[Completion]] = {}  # by session (trace) id, until its rollout is made
         self._calls = itertools.count()
         self._start_lock = asyncio.Lock()
         self._started: tuple[Any, vf.TrainClientConfig] | None = None
@@ -308,8 +279,9 @@ class VerifiersRollouter(Rollouter):
         if not isinstance(sample, dict):
             raise TypeError(f"VerifiersRollouter samples are task data dicts (VerifiersTasks), got {type(sample)}")
         client, train_client = await self._start(renderer)
-        route = self._route(generate_fn, sampling)
-        train_client = train_client.model_copy(update={"headers": {ROUTE_HEADER: route.key}})
+        route = f"route-{id(generate_fn)}"  # train or validation; held here, so no other object takes its id
+        self._routes[route] = (generate_fn, sampling)
+        train_client = train_client.model_copy(update={"headers": {ROUTE_HEADER: route}})
         played = await asyncio.gather(
             *(
                 self._rollout(
@@ -323,23 +295,22 @@ class VerifiersRollouter(Rollouter):
                 for j in range(group_size)
             )
         )
-        rollouts = [rollout for rollout, _, _ in played]
+        rollouts = [rollout for rollout, *_ in played]
         outputs = await self.score_group(rollouts, sample)
         for rollout, output in zip(rollouts, outputs, strict=True):
             rollout.reward = output.reward
             rollout.reward_breakdown = output.reward_breakdown
-        records = score_group([episode for _, episode, _ in played if episode], self.advantage_estimator.estimator)
-        for rollout, episode, nodes in played:
-            trace_id = next((trace.id for trace in episode.traces if trace.agent.trainable), "") if episode else ""
+        records = score_group([episode for _, episode, *_ in played if episode], self.advantage_estimator.estimator)
+        for rollout, _, trace_id, nodes in played:
             where = f"torchtitan rollout {group_id}/rollout={rollout.rollout_id}"
             rollout.advantage = lay_out_credit(records.get(trace_id), rollout.turns, nodes, where)
         return RolloutGroup(group_id=group_id, rollouts=rollouts)
 
     async def _rollout(
         self, client: Any, train_client: Any, sample: dict, sampling: SamplingConfig, group_id: int, j: int
-    ) -> tuple[Rollout, vf.Episode | None, list[int]]:
+    ) -> tuple[Rollout, vf.Episode | None, str, list[int]]:
         """One episode as a torchtitan rollout, with the episode (None when it failed in
-        transport) and the sampled node each of the rollout's turns came from."""
+        transport), its trainable trace's id and the sampled node each turn came from."""
         import verifiers.v1 as vf
 
         try:
@@ -357,18 +328,21 @@ class VerifiersRollouter(Rollouter):
             )
         except Exception:  # the env server or the transport failed: an errored rollout, the run goes on
             logger.exception("verifiers episode %s/rollout=%d failed", group_id, j)
-            return Rollout(group_id=group_id, rollout_id=j, status=RolloutStatus.ERROR), None, []
+            return Rollout(group_id=group_id, rollout_id=j, status=RolloutStatus.ERROR), None, "", []
         traces = [trace for trace in episode.traces if trace.agent.trainable]
         if len(traces) != 1:
             raise ValueError(f"VerifiersRollouter trains one agent per episode; {len(traces)} traces are trainable")
         (trace,) = traces
-        versions = self._versions.pop(trace.id, _Versions())
-        spans = sampled_spans(trace)
-        turns = _turns(trace, spans, group_id=group_id, rollout_id=j, versions=(versions.low, versions.high))
+        done = {t.id: self._completions.pop(t.id, []) for t in episode.traces}[trace.id]  # none kept past here
+        versions = (
+            min((c.min_policy_version for c in done), default=None),
+            max((c.max_policy_version for c in done), default=None),
+        )
+        turns = trace_to_turns(trace, group_id=group_id, rollout_id=j, versions=versions)
         if turns:
-            turns[0].metrics.extend(versions.metrics)
-        status = _status(episode.ok and trace.ok, trace, turns)
-        return Rollout(group_id=group_id, rollout_id=j, turns=turns, status=status), episode, [s.node for s in spans]
+            turns[0].metrics.extend(metric for c in done for metric in c.metrics)
+        rollout = Rollout(group_id=group_id, rollout_id=j, turns=turns, status=_status(episode.ok, trace, turns))
+        return rollout, episode, trace.id, [span.node for span in sampled_spans(trace)]
 
     async def episode(self, env: Any, **run: Any) -> vf.Episode:
         """One verifiers episode through the env server (a seam for logging or inspection)."""
@@ -376,25 +350,15 @@ class VerifiersRollouter(Rollouter):
 
     # -- generation: the train client's requests, answered by torchtitan's generator ----------
 
-    def _route(self, generate_fn: GenerateFn, sampling: SamplingConfig) -> _Route:
-        route = self._route_of.get(id(generate_fn))
-        if route is None or route.generate_fn is not generate_fn:
-            route = _Route(f"route-{len(self._route_of)}", generate_fn, sampling)
-            self._route_of[id(generate_fn)] = route
-            self._routes[route.key] = route
-        route.sampling = sampling
-        return route
-
     async def _generate(self, request: GenerateRequest) -> Generation | None:
-        route = self._routes.get(request.headers.get(ROUTE_HEADER, ""))
-        if route is None:
-            raise LookupError(f"no generator for route {request.headers.get(ROUTE_HEADER)!r}")
+        route = request.headers.get(ROUTE_HEADER)
+        if route not in self._routes:
+            raise LookupError(f"no generator for route {route!r}")
+        generate_fn, sampling = self._routes[route]
         sent = ("temperature", "top_p", "max_tokens", "seed")  # the rest keep the group's sampling
-        sampling = replace(
-            route.sampling, **{name: getattr(request, name) for name in sent if name in request.sampling}
-        )
+        sampling = replace(sampling, **{name: getattr(request, name) for name in sent if name in request.sampling})
         session = request.session_id or "no-session"
-        completion = await route.generate_fn(
+        completion = await generate_fn(
             request.prompt_ids,
             request_id=f"{session}/call={next(self._calls)}",
             routing_session_id=session,  # a trace's calls share one generator's prefix cache
@@ -402,10 +366,7 @@ class VerifiersRollouter(Rollouter):
         )
         if completion is None:
             return None
-        versions = self._versions.setdefault(session, _Versions())
-        versions.low = min(v for v in (versions.low, completion.min_policy_version) if v is not None)
-        versions.high = max(v for v in (versions.high, completion.max_policy_version) if v is not None)
-        versions.metrics.extend(completion.metrics)
+        self._completions.setdefault(session, []).append(completion)
         return Generation(
             list(completion.token_ids), list(completion.token_logprobs), completion.finish_reason or "stop"
         )
@@ -428,13 +389,6 @@ def _address(process: Any, addresses: Any, timeout: float) -> str:
     raise TimeoutError(f"the verifiers env server reported no address in {timeout}s")
 
 
-@dataclass(eq=False)
-class _Route:
-    key: str
-    generate_fn: GenerateFn
-    sampling: Any
-
-
 def trace_to_turns(
     trace: vf.Trace,
     *,
@@ -445,23 +399,12 @@ def trace_to_turns(
     """One trace's torchtitan turns, a ``RolloutTurn`` per ``sampled_spans`` span, the trace
     reward on the last one (``env_rewards["verifiers_reward"]``). Credit them as
     ``VerifiersRollouter`` does: ``score_group`` on the group, then ``turns.lay_out_credit``."""
-    return _turns(trace, sampled_spans(trace), group_id=group_id, rollout_id=rollout_id, versions=versions)
-
-
-def _turns(
-    trace: vf.Trace,
-    spans: list[Span],
-    *,
-    group_id: int,
-    rollout_id: int,
-    versions: tuple[int | None, int | None],
-) -> list[RolloutTurn]:
-    out: list[RolloutTurn] = []
-    for span in spans:
+    turns: list[RolloutTurn] = []
+    for span in sampled_spans(trace):
         tokens, logprobs = span.branch.token_ids, span.branch.logprobs
-        out.append(
+        turns.append(
             RolloutTurn(
-                rollout_id=RolloutTurnID(group_id=group_id, rollout_id=rollout_id, turn_id=len(out)),
+                rollout_id=RolloutTurnID(group_id=group_id, rollout_id=rollout_id, turn_id=len(turns)),
                 prompt_token_ids=tokens[: span.start],
                 completion_token_ids=tokens[span.start : span.stop],
                 completion_logprobs=logprobs[span.start : span.stop],
@@ -470,13 +413,13 @@ def _turns(
                 completion_message=trace.nodes[span.node].message.model_dump(mode="json", exclude_none=True),
             )
         )
-    if out:
-        out[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
-    return out
+    if turns:
+        turns[-1].env_rewards[VERIFIERS_REWARD] = trace.reward
+    return turns
 
 
 def _status(ok: bool, trace: vf.Trace, turns: list[RolloutTurn]) -> RolloutStatus:
-    if not (ok and turns):
+    if not (ok and trace.ok and turns):
         return RolloutStatus.ERROR
     if not trace.is_truncated:
         return RolloutStatus.COMPLETED
