@@ -590,6 +590,37 @@ def test_the_learning_benchmark_runs_end_to_end(model_dir, tmp_path):
     assert "| kevin (bfloat16) |" in table and "bfloat16: success" in table and (out / "curves.png").is_file()
 
 
+@pytest.mark.slow
+def test_the_learning_suite_runs_end_to_end_and_resumes(model_dir, tmp_path):
+    """benchmarks/credit_suite.py on the tiny model (the real runs use Gemma): the rule on disk
+    first, one file per run, paired intervals in the table, a rerun that trains nothing, and
+    ``--replies`` (the untrained model's conversations) as docs/benchmarks.md shows it."""
+    import credit_suite
+
+    out = tmp_path / "suite"
+    flags = ["--task", "independent", "--out", str(out), "--model", str(model_dir), "--workers", "1"]
+    small = ["--steps", "1", "--tasks", "1", "--generations", "2", "--held-out", "2", "--before-samples", "1"]
+    credit_suite.main([*flags, *small, "--seeds", "0", "1", "--methods", "grpo", "stepwise_g0"])
+    result = json.loads((out / "results.json").read_text())
+    assert result["rule"] == credit_suite.RULE and result["task"] == "independent"
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(
+        ["before.json", "grpo-0.json", "grpo-1.json", "stepwise_g0-0.json", "stepwise_g0-1.json"]
+    )
+    assert [(r["method"], r["seed"], len(r["steps"])) for r in result["runs"]] == [
+        ("grpo", 0, 1), ("stepwise_g0", 0, 1), ("grpo", 1, 1), ("stepwise_g0", 1, 1)
+    ]  # fmt: skip
+    assert result["table"]["stepwise_g0"]["vs_grpo"]["seeds"] == 2 and (out / "curves.png").is_file()
+    assert "| stepwise_g0 |" in (out / "results.md").read_text()
+    written = {p: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
+    credit_suite.main([*flags, *small, "--seeds", "0", "1", "--methods", "grpo", "stepwise_g0"])
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").iterdir()} == written  # resumed: nothing retrained
+
+    credit_suite.main([*flags, "--replies", "2"])
+    replies = (out / "replies.md").read_text()
+    assert replies.startswith("# independent: the untrained model's replies (stepwise-quiz, held-out)")
+    assert replies.count("## ") == 2 and "[assistant]" in replies
+
+
 # -- the text format, batching by episodes in flight, sampling logprobs, LoRA ------------------------
 
 SUMS = {"taskset": {"id": "stepwise-sums", "shots": 1}, "max_turns": 3}
