@@ -53,7 +53,7 @@ def resolves(path: Path, qualname: str) -> bool:
     return node is not None
 
 
-def test_every_hop_of_the_data_path_names_existing_code():
+def test_every_hop_of_the_data_path_names_existing_code() -> None:
     hops: list[tuple[str, str]] = []
     for line in drawing():
         last = None
