@@ -1,18 +1,8 @@
 """Stepwise (turn-level) credit assignment for multi-turn LLM RL on the Verifiers v1 API.
 
-Layers, each importing only those before it:
-
-    estimators   the math: per-turn returns, baselines, estimators and their registry (numpy)
-    traces       the per-turn reward schema on verifiers v1 traces; the credit record and its layout
-    envs         StepwiseMultiTurnEnv, the refine env and the stepwise-chat harness (verifiers)
-    analysis     the ``vf-stepwise`` command and the figures
-    hosts        trainer adapters: prime-rl, torchtitan, TRL, tinker-cookbook (each imports its host)
-    testing      a scripted model server and trace builders for tests
-
-``errors`` gives every error its boundary (docs/contributing.md) and ``plugins`` reads the entry
-points estimators and environment bundles are installed under; they import nothing above them
-and every layer may import them. Public names are imported on first use, so ``import verifiers_stepwise``
-loads neither numpy, verifiers nor any trainer.
+Layers ``estimators`` → ``traces`` → ``envs`` → ``analysis`` → ``hosts`` → ``testing``, each
+importing only those before it (docs/contributing.md, "Layers"). Public names are imported on
+first use, so ``import verifiers_stepwise`` loads neither numpy, verifiers nor any trainer.
 """
 
 from __future__ import annotations
