@@ -12,32 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.3.0"
 
-# public name -> module that defines it: what the README and docs/ use
-_EXPORTS = {
-    "StepwiseError": "errors",
-    "ConfigError": "errors",
-    "RewardError": "errors",
-    "TraceError": "errors",
-    "HostMismatch": "errors",
-    "DependencyMissing": "errors",
-    "discounted_returns": "estimators.returns",
-    "RaggedBatch": "estimators.ragged",
-    "Estimator": "estimators.base",
-    "EstimatorConfig": "estimators.base",
-    "zero_advantage_groups": "estimators.base",
-    "available_estimators": "estimators.registry",
-    "get_estimator": "estimators.registry",
-    "Credit": "traces.credit",
-    "score_group": "traces.credit",
-    "write_credit": "traces.credit",
-    "read_credit": "traces.credit",
-    "lay_out": "traces.credit",
-    "StepwiseMultiTurnEnv": "envs.env",
-    "StepwiseMultiTurnEnvConfig": "envs.env",
-    "TurnResult": "envs.env",
-    "available_environments": "envs.bundles",
+# module -> the public names it defines: what the README and docs/ use
+_MODULES = {
+    "errors": ("ConfigError", "DependencyMissing", "HostMismatch", "RewardError", "StepwiseError", "TraceError"),
+    "estimators.base": ("Estimator", "EstimatorConfig", "zero_advantage_groups"),
+    "estimators.ragged": ("RaggedBatch",),
+    "estimators.registry": ("available_estimators", "get_estimator"),
+    "estimators.returns": ("discounted_returns",),
+    "traces.credit": ("Credit", "lay_out", "read_credit", "score_group", "write_credit"),
+    "envs.bundles": ("available_environments",),
+    "envs.env": ("StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "TurnResult"),
 }
-
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
 
 

@@ -21,8 +21,7 @@ __all__ = ["estimator_from"]
 
 def estimator_from(config: Any) -> Estimator:
     """The estimator a host config names: ``config.estimator`` (a registered name) configured
-    with ``config.options``. An unknown name raises UnknownEstimator listing what is installed;
-    an option the estimator does not have, or a bad value, raises ConfigError naming it."""
+    with ``config.options`` (``get_estimator``, which names an unknown name or option)."""
     from verifiers_stepwise.estimators.registry import get_estimator
 
     return get_estimator(config.estimator, **config.options)

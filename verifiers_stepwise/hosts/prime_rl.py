@@ -1,9 +1,7 @@
 """prime-rl: a stepwise ``Algorithm`` for the orchestrator, selected with ``type = "stepwise"``.
 
 Run against PrimeIntellect-ai/prime-rl 559b447 (2026-08-21; prime-rl is not on PyPI) with its
-pinned verifiers a60a606 in CI (``tests/hosts/test_prime_rl_host.py``); the config fields of
-prime-rl's GRPO that a run-wide check reads were read from prime-rl 065a864's
-``configs/algorithm.py`` (``length_weighted_baseline``, ``loss_aggregation``). See docs/prime-rl.md.
+pinned verifiers a60a606 in CI (``tests/hosts/test_prime_rl_host.py``). See docs/prime-rl.md.
 
 prime-rl hands an algorithm one group of verifiers v1 episodes (``Algorithm.score_group``) and
 trains on ``node.advantages`` (one value per sampled token of each sampled node):
@@ -78,14 +76,12 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
     turn's reward; "error" fails."""
     reading: Reading | None = None
-    """How ``trace.info["turn_rewards"]`` is read: "rewards" (one reward per env turn, this
-    package's convention) or "scores" (one state score per turn, ``None`` for unscored, read by
-    differences: prime-rl PR #3282's convention). Unset: a trace that also records
-    ``turn_nodes`` (every env of this package does) is read as rewards, and a trace with
-    ``turn_rewards`` but no ``turn_nodes`` (PR #3282's layout) is refused, since its numbers
-    mean different credit under the two readings."""
-    # prime-rl's GRPO fields that newer prime-rl (065a864) checks across a run's rl envs; only
-    # the values this algorithm implements are accepted.
+    """How ``trace.info["turn_rewards"]`` is read: "rewards" (one reward per env turn) or "scores"
+    (one state score per turn, ``None`` unscored, read by differences: prime-rl PR #3282's).
+    Unset: as rewards when the trace also records ``turn_nodes`` (every env of this package
+    does); without them (PR #3282's layout) refused, as the two readings differ."""
+    # prime-rl's GRPO fields that prime-rl 065a864 (its configs/algorithm.py) checks across a
+    # run's rl envs; only the values this algorithm implements are accepted.
     length_weighted_baseline: Literal[False] = False
     """As prime-rl's GRPO field; the stepwise baseline is the estimator's, never length-weighted."""
     loss_aggregation: Literal["token"] = "token"
@@ -198,7 +194,7 @@ def register() -> None:
         return
     new_union = Union[(*members, StepwiseAlgoConfig)]  # type: ignore[valid-type]  # a union made at run time
     new_alias = Annotated[(new_union, *metadata)]
-    modules = [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
+    modules: list[Any] = [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
     for module in modules:
         if getattr(module, "AlgoConfig", None) is old_alias:
             module.AlgoConfig = new_alias
@@ -247,7 +243,7 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     return origin[swapped]
 
 
-def _models_in(annotation: Any) -> set[type]:
+def _models_in(annotation: Any) -> set[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return {annotation}
     return set().union(*(_models_in(arg) for arg in get_args(annotation)))
