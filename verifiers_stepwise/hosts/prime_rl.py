@@ -89,10 +89,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
 
     @model_validator(mode="after")
     def _estimator_builds(self) -> StepwiseAlgoConfig:
-        try:
-            self.build_estimator()
-        except LookupError as error:  # pydantic reports ValueErrors, not LookupErrors
-            raise ValueError(str(error)) from None
+        self.build_estimator()  # a bad name or option raises a ConfigError, a ValueError pydantic reports
         return self
 
     def build_estimator(self) -> Estimator | None:
