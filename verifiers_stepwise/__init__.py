@@ -1,18 +1,8 @@
 """Stepwise (turn-level) credit assignment for multi-turn LLM RL on the Verifiers v1 API.
 
-Layers, each importing only those before it:
-
-    estimators   the math: per-turn returns, baselines, estimators and their registry (numpy)
-    traces       the per-turn reward schema on verifiers v1 traces; the credit record and its layout
-    envs         StepwiseMultiTurnEnv, the refine env and the stepwise-chat harness (verifiers)
-    analysis     the ``vf-stepwise`` command and the figures
-    hosts        trainer adapters: prime-rl, torchtitan, TRL, tinker-cookbook (each imports its host)
-    testing      a scripted model server and trace builders for tests
-
-``errors`` gives every error its boundary (docs/contributing.md) and ``plugins`` reads the entry
-points estimators and environment bundles are installed under; they import nothing above them
-and every layer may import them. Public names are imported on first use, so ``import verifiers_stepwise``
-loads neither numpy, verifiers nor any trainer.
+Layers ``estimators`` → ``traces`` → ``envs`` → ``analysis`` → ``hosts`` → ``testing``, each
+importing only those before it (docs/contributing.md, "Layers"). Public names are imported on
+first use, so ``import verifiers_stepwise`` loads neither numpy, verifiers nor any trainer.
 """
 
 from __future__ import annotations
@@ -22,32 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.3.0"
 
-# public name -> module that defines it: what the README and docs/ use
-_EXPORTS = {
-    "StepwiseError": "errors",
-    "ConfigError": "errors",
-    "RewardError": "errors",
-    "TraceError": "errors",
-    "HostMismatch": "errors",
-    "DependencyMissing": "errors",
-    "discounted_returns": "estimators.returns",
-    "RaggedBatch": "estimators.ragged",
-    "Estimator": "estimators.base",
-    "EstimatorConfig": "estimators.base",
-    "zero_advantage_groups": "estimators.base",
-    "available_estimators": "estimators.registry",
-    "get_estimator": "estimators.registry",
-    "Credit": "traces.credit",
-    "score_group": "traces.credit",
-    "write_credit": "traces.credit",
-    "read_credit": "traces.credit",
-    "lay_out": "traces.credit",
-    "StepwiseMultiTurnEnv": "envs.env",
-    "StepwiseMultiTurnEnvConfig": "envs.env",
-    "TurnResult": "envs.env",
-    "available_environments": "envs.bundles",
+# module -> the public names it defines: what the README and docs/ use
+_MODULES = {
+    "errors": ("ConfigError", "DependencyMissing", "HostMismatch", "RewardError", "StepwiseError", "TraceError"),
+    "estimators.base": ("Estimator", "EstimatorConfig", "zero_advantage_groups"),
+    "estimators.ragged": ("RaggedBatch",),
+    "estimators.registry": ("available_estimators", "get_estimator"),
+    "estimators.returns": ("discounted_returns",),
+    "traces.credit": ("Credit", "lay_out", "read_credit", "score_group", "write_credit"),
+    "envs.bundles": ("available_environments",),
+    "envs.env": ("StepwiseMultiTurnEnv", "StepwiseMultiTurnEnvConfig", "TurnResult"),
 }
-
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
 
 

@@ -5,15 +5,10 @@ Two groups, read with ``importlib.metadata``:
     verifiers.advantage_estimators    name = "module:Class"   (``estimators.registry``)
     verifiers.environments            env-id = "module"        (``envs.bundles``; what ``vf-eval env-id`` imports)
 
-Any installed distribution can add to either group; no code here changes. Two distributions
-claiming one name is an error that names both, never a silent pick.
-
-Reading every distribution's metadata takes milliseconds, which a trainer resolving an
-estimator by name for every group would pay again and again; so a group's entries are cached
-and read again only when ``sys.path`` or the modification time of one of its directories
-changes (installing or removing a distribution changes its directory), so a package installed
-while the process runs is still seen on the next call. Imports nothing of this package but
-``errors``, so every layer may use it.
+Any installed distribution can add to either group; two claiming one name is an error that
+names both, never a silent pick. A group is read again only when ``sys.path`` or one of its
+directories changes (an install does), not for every estimator a trainer looks up. Imports
+nothing of this package but ``errors``, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -57,11 +52,9 @@ def registered(group: str) -> dict[str, Registered]:
     """The entries of ``group`` by name, sorted; raises EntryPointConflict on a name claimed twice."""
     state = _installed_state()
     cached = _cache.get(group)
-    if cached is not None and cached[0] == state:
-        return cached[1]
-    found = _scan(group)
-    _cache[group] = (state, found)
-    return found
+    if cached is None or cached[0] != state:
+        _cache[group] = cached = (state, _scan(group))
+    return cached[1]
 
 
 def _scan(group: str) -> dict[str, Registered]:
@@ -80,5 +73,4 @@ def _scan(group: str) -> dict[str, Registered]:
 
 
 def _distribution(ep: EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return dist.metadata["Name"] if dist is not None else "<unknown distribution>"
+    return ep.dist.metadata["Name"] if ep.dist is not None else "<unknown distribution>"

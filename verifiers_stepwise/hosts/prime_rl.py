@@ -1,59 +1,34 @@
 """prime-rl: a stepwise ``Algorithm`` for the orchestrator, selected with ``type = "stepwise"``.
 
 Run against PrimeIntellect-ai/prime-rl 559b447 (2026-08-21; prime-rl is not on PyPI) with its
-pinned verifiers a60a606 in CI (``tests/hosts/test_prime_rl_host.py``); the config fields of
-prime-rl's GRPO that a run-wide check reads were read from prime-rl 065a864's
-``configs/algorithm.py`` (``length_weighted_baseline``, ``loss_aggregation``). See docs/prime-rl.md.
+pinned verifiers a60a606 in CI (``tests/hosts/test_prime_rl_host.py``). See docs/prime-rl.md.
 
-Shapes translated: prime-rl hands an algorithm one group of verifiers v1 episodes
-(``Algorithm.score_group(episodes)``) and trains on ``node.advantages`` (one value per sampled
-token of each sampled node), so the algorithm is ``credit.score_group`` and ``write_credit``:
+prime-rl hands an algorithm one group of verifiers v1 episodes (``Algorithm.score_group``) and
+trains on ``node.advantages`` (one value per sampled token of each sampled node):
 
     trace.info["turn_rewards"] (and "turn_nodes")          per-turn rewards of each trace
       → score_group: the estimator under ``estimator``     one credit record per trace
       → write_credit: node.advantages = [A_t] * sampled    on turn t's sampled nodes only
 
-A trace without ``turn_rewards`` is scored with its trace reward as a final-turn reward
-(``missing = "final_turn"``: every sampled node is a turn, earlier ones with reward 0), so a
-single-turn env gets exactly prime-rl's GRPO with ``scale = "none"``; ``missing = "error"``
-rejects such traces instead. Errored traces get no advantages and stay out of the baseline
-(see ``verifiers_stepwise.traces.credit``).
-
-prime-rl's algorithm set is closed: a pydantic discriminated union ``AlgoConfig`` used by
-``OrchestratorConfig.algo`` and ``TrainSourceConfig.algo``, and the dict ``ALGORITHM_CLASSES``
-that ``build_algorithm`` reads. ``register()`` adds ``StepwiseAlgoConfig`` to that union (on
-every prime-rl config model whose fields use it, and the models that contain those) and
-``StepwiseAlgorithm`` to the dict, in the calling process. Run prime-rl's entry points through
-``python -m verifiers_stepwise.hosts.prime_rl <entry point> …`` so that both the ``rl``
-launcher and the ``orchestrator`` it starts register first.
-
-With ``orchestrator.train.filter_zero_advantages = true`` (prime-rl's default) prime-rl drops
-RL tokens whose advantage is exactly 0 before training. Here that happens per turn: a turn
-whose advantage is 0 leaves the RL loss, the other turns of the same trace still train. Exact
-zeros matter there, so advantages are given at prime-rl's own resolution (``Float32Resolution``):
-prime-rl's GRPO subtracts the group mean in float32, where rewards ``[0.1, 0.2, 0.3]`` leave the
-middle trace exactly 0 (dropped) while float64 leaves -2.8e-17 (kept).
-
-Each trace's credit record (``trace.info["stepwise_credit"]``, ``traces.credit.Credit``) names
-the estimator as configured here (``estimator``) and the reading applied: ``"rewards"`` (each
-entry is that turn's reward, as in ``verifiers_stepwise.traces.turns``; a ``None`` entry, which
-prime-rl's open turn-credit PR #3282 allows for an unscored turn, is an error), ``"scores"``
-(the trace records ``turn_scores``, or ``reading = "scores"`` reads ``turn_rewards`` as scores,
-by differences) or ``"final_turn"`` (neither: the trace reward on the last turn). With
-``reading`` unset, ``turn_rewards`` without ``turn_nodes`` (PR #3282's layout) is refused
-rather than guessed at (docs/prime-rl.md, "Moving from prime-rl PR #3282").
+prime-rl's algorithm set is closed (the discriminated union ``AlgoConfig`` and the dict
+``ALGORITHM_CLASSES``): ``register()`` adds this algorithm to both in the calling process, and
+``python -m verifiers_stepwise.hosts.prime_rl {rl,orchestrator} …`` runs prime-rl's entry points
+with it registered.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import shutil
 import sys
 import tempfile
 import types
-from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Final, Literal, Union, get_args, get_origin
+from collections.abc import Iterable, Sequence
+from graphlib import TopologicalSorter
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import numpy as np
 import verifiers.v1 as vf
@@ -63,8 +38,8 @@ from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.estimators import Estimator
 from verifiers_stepwise.estimators.base import Estimate
 from verifiers_stepwise.estimators.ragged import RaggedBatch
+from verifiers_stepwise.estimators.registry import get_estimator
 from verifiers_stepwise.extras import requires
-from verifiers_stepwise.hosts import estimator_from
 from verifiers_stepwise.traces.credit import Missing, score_group, write_credit
 from verifiers_stepwise.traces.kinds import default_estimator
 from verifiers_stepwise.traces.turns import TURN_NODES, TURN_REWARDS, Reading
@@ -75,7 +50,7 @@ with requires(
     "prime_rl",
     also="install prime-rl from https://github.com/PrimeIntellect-ai/prime-rl (not on PyPI)",
 ):
-    from prime_rl.configs.algorithm import ActionLossType, BaseAlgoConfig
+    from prime_rl.configs.algorithm import BaseAlgoConfig
     from prime_rl.orchestrator.algo.base import Algorithm
 
 __all__ = ["Float32Resolution", "StepwiseAlgoConfig", "StepwiseAlgorithm", "register"]
@@ -89,9 +64,6 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
 
     type: Literal["stepwise"] = TYPE
     """Stepwise credit: each turn's advantage on that turn's action tokens (``rl`` loss)."""
-
-    action_loss_type: ClassVar[ActionLossType] = "rl"
-
     estimator: str | None = None
     """Registered estimator name (``verifiers_stepwise.available_estimators()``). Unset: the one
     measured best for the kind of credit the env declares (``traces.kinds``), said once on the
@@ -104,14 +76,12 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
     """A trace without ``turn_rewards``: "final_turn" scores its trace reward as the last
     turn's reward; "error" fails."""
     reading: Reading | None = None
-    """How ``trace.info["turn_rewards"]`` is read: "rewards" (one reward per env turn, this
-    package's convention) or "scores" (one state score per turn, ``None`` for unscored, read by
-    differences: prime-rl PR #3282's convention). Unset: a trace that also records
-    ``turn_nodes`` (every env of this package does) is read as rewards, and a trace with
-    ``turn_rewards`` but no ``turn_nodes`` (PR #3282's layout) is refused, since its numbers
-    mean different credit under the two readings."""
-    # prime-rl's GRPO fields that newer prime-rl (065a864) checks across a run's rl envs; only
-    # the values this algorithm implements are accepted.
+    """How ``trace.info["turn_rewards"]`` is read: "rewards" (one reward per env turn) or "scores"
+    (one state score per turn, ``None`` unscored, read by differences: prime-rl PR #3282's).
+    Unset: as rewards when the trace also records ``turn_nodes`` (every env of this package
+    does); without them (PR #3282's layout) refused, as the two readings differ."""
+    # prime-rl's GRPO fields that prime-rl 065a864 (its configs/algorithm.py) checks across a
+    # run's rl envs; only the values this algorithm implements are accepted.
     length_weighted_baseline: Literal[False] = False
     """As prime-rl's GRPO field; the stepwise baseline is the estimator's, never length-weighted."""
     loss_aggregation: Literal["token"] = "token"
@@ -119,10 +89,7 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
 
     @model_validator(mode="after")
     def _estimator_builds(self) -> StepwiseAlgoConfig:
-        try:
-            self.build_estimator()
-        except LookupError as error:  # pydantic reports ValueErrors, not LookupErrors
-            raise ValueError(str(error)) from None
+        self.build_estimator()  # a bad name or option raises a ConfigError, a ValueError pydantic reports
         return self
 
     def build_estimator(self) -> Estimator | None:
@@ -130,45 +97,39 @@ class StepwiseAlgoConfig(BaseAlgoConfig):
         set: each group's kind of credit decides (``traces.kinds``)."""
         if self.estimator is None and not self.options:
             return None
-        return estimator_from(self.model_copy(update={"estimator": self.estimator or "stepwise"}))
+        return get_estimator(self.estimator or "stepwise", **self.options)
 
 
 class StepwiseAlgorithm(Algorithm):
     """prime-rl ``Algorithm``: per-turn advantages on each turn's sampled tokens."""
 
-    action_loss_type: ClassVar[ActionLossType] = "rl"
-
     def __init__(self, config: StepwiseAlgoConfig, policy_pool: Any):
         super().__init__(config, policy_pool)
-        self.name = config.estimator or TYPE
+        self.config = config
         named = config.build_estimator()
         self.estimator = None if named is None else Float32Resolution(named)
-        self.missing = config.missing
-        self.reading = config.reading
 
     async def score_group(self, episodes: list[vf.Episode]) -> None:
-        if self.reading is None:
-            _refuse_unmarked_turn_rewards(episodes)
-        estimator = self.estimator or Float32Resolution(default_estimator([t for e in episodes for t in e.traces]))
-        records = score_group(episodes, estimator, missing=self.missing, reading=self.reading or "rewards")
-        for episode in episodes:
-            for trace in episode.traces:
-                if trace.id in records:
-                    write_credit(trace, records[trace.id])
+        traces = {trace.id: trace for episode in episodes for trace in episode.traces}
+        if self.config.reading is None:
+            _refuse_unmarked_turn_rewards(traces.values())
+        estimator = self.estimator or Float32Resolution(default_estimator(list(traces.values())))
+        reading = self.config.reading or "rewards"
+        for trace_id, credit in score_group(episodes, estimator, missing=self.config.missing, reading=reading).items():
+            write_credit(traces[trace_id], credit)
 
 
-def _refuse_unmarked_turn_rewards(episodes: list[vf.Episode]) -> None:
+def _refuse_unmarked_turn_rewards(traces: Iterable[vf.Trace]) -> None:
     """A ``turn_rewards`` without ``turn_nodes`` may be PR #3282's scores: refuse to guess."""
-    for episode in episodes:
-        for trace in episode.traces:
-            info = trace.info or {}
-            if TURN_REWARDS in info and TURN_NODES not in info:
-                raise TraceError(
-                    f"trace {trace.id}: {TURN_REWARDS} without {TURN_NODES}, the layout of prime-rl PR "
-                    f"#3282 (one state score per sampled turn), which this package reads differently; set "
-                    f'[orchestrator.algo] reading = "scores" to read them as scores (by differences) or '
-                    f'reading = "rewards" if each entry is that turn\'s own reward (docs/prime-rl.md)'
-                )
+    for trace in traces:
+        info = trace.info or {}
+        if TURN_REWARDS in info and TURN_NODES not in info:
+            raise TraceError(
+                f"trace {trace.id}: {TURN_REWARDS} without {TURN_NODES}, the layout of prime-rl PR "
+                f"#3282 (one state score per sampled turn), which this package reads differently; set "
+                f'[orchestrator.algo] reading = "scores" to read them as scores (by differences) or '
+                f'reading = "rewards" if each entry is that turn\'s own reward (docs/prime-rl.md)'
+            )
 
 
 class Float32Resolution(Estimator):
@@ -214,14 +175,9 @@ class Float32Resolution(Estimator):
 
 
 def register() -> None:
-    """Make ``type = "stepwise"`` a prime-rl algorithm in this process (idempotent).
-
-    Patches, in prime-rl: ``prime_rl.configs.algorithm.AlgoConfig`` (and the same name in
-    ``prime_rl.configs.orchestrator``) to a union that also holds ``StepwiseAlgoConfig``; the
-    fields of prime-rl config models annotated with the old union, then rebuilds those models
-    and every loaded prime-rl config model that contains them; and
-    ``prime_rl.orchestrator.algo.ALGORITHM_CLASSES["stepwise"]``.
-    """
+    """Make ``type = "stepwise"`` a prime-rl algorithm in this process (idempotent): prime-rl's
+    ``AlgoConfig`` union, wherever a config module or a config field holds it, gains
+    ``StepwiseAlgoConfig``, and ``ALGORITHM_CLASSES`` gains ``StepwiseAlgorithm``."""
     from prime_rl.configs import algorithm as algorithm_configs
     from prime_rl.configs import orchestrator as orchestrator_configs  # noqa: F401 (loads models)
     from prime_rl.configs import rl as rl_configs  # noqa: F401 (loads models)
@@ -235,11 +191,16 @@ def register() -> None:
         return
     new_union = Union[(*members, StepwiseAlgoConfig)]  # type: ignore[valid-type]  # a union made at run time
     new_alias = Annotated[(new_union, *metadata)]
-    for module in _config_modules():
+    modules: list[Any] = [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
+    for module in modules:
         if getattr(module, "AlgoConfig", None) is old_alias:
             module.AlgoConfig = new_alias
-
-    models = _config_models()
+    models = {
+        value
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__
+    }
     changed = set()
     for model in models:
         for field in model.model_fields.values():
@@ -247,22 +208,18 @@ def register() -> None:
             if swapped is not field.annotation:
                 field.annotation = swapped
                 changed.add(model)
-    # Containers embed a snapshot of their members' schemas: rebuild dependents after them.
-    for model in _with_dependents(changed, models):
+    _rebuild(changed, models)
+
+
+def _rebuild(changed: set[type[BaseModel]], models: set[type[BaseModel]]) -> None:
+    """Rebuild ``changed`` and every model holding one of them, transitively, each after the
+    models it holds (a container embeds a snapshot of its members' schemas)."""
+    holds = {m: set().union(*(_models_in(f.annotation) for f in m.model_fields.values())) - {m} for m in models}
+    affected = set(changed)
+    while grown := {m for m in models if m not in affected and holds[m] & affected}:
+        affected |= grown
+    for model in TopologicalSorter({m: holds[m] & affected for m in affected}).static_order():
         model.model_rebuild(force=True)
-
-
-def _config_modules() -> list[Any]:  # prime-rl's config modules, whose names mypy cannot know
-    return [m for name, m in sys.modules.items() if name.startswith("prime_rl.configs.") and m]
-
-
-def _config_models() -> list[type[BaseModel]]:
-    found = []
-    for module in _config_modules():
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
-                found.append(value)
-    return found
 
 
 def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
@@ -283,31 +240,10 @@ def _swap(annotation: Any, members: tuple, new_union: Any) -> Any:
     return origin[swapped]
 
 
-def _models_in(annotation: Any) -> set[type]:
+def _models_in(annotation: Any) -> set[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return {annotation}
     return set().union(*(_models_in(arg) for arg in get_args(annotation)))
-
-
-def _with_dependents(changed: set[type], models: Sequence[type[BaseModel]]) -> list[type[BaseModel]]:
-    """``changed`` plus every model holding one of them in a field, transitively, ordered so
-    that each comes after the models it holds."""
-    holds = {m: set().union(*(_models_in(f.annotation) for f in m.model_fields.values())) for m in models}
-    affected = set(changed)
-    while grown := {m for m in models if m not in affected and holds[m] & affected}:
-        affected |= grown
-    ordered: list[type[BaseModel]] = []
-
-    def place(model: type, path: frozenset = frozenset()) -> None:
-        if model in ordered or model in path:  # placed already, or a self-referencing model
-            return
-        for held in holds.get(model, set()) & affected:
-            place(held, path | {model})
-        ordered.append(model)
-
-    for model in sorted(affected, key=lambda m: m.__qualname__):
-        place(model)
-    return ordered
 
 
 # -- running prime-rl's entry points with the registration ----------------------------------------
@@ -331,20 +267,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     register()
     if entry == "rl":
         _shim_orchestrator()
-    from importlib import import_module
-
     sys.argv = [entry, *rest]
-    import_module(f"prime_rl.entrypoints.{entry}").main()
+    importlib.import_module(f"prime_rl.entrypoints.{entry}").main()
 
 
 def _shim_orchestrator() -> None:
-    shim_dir = tempfile.mkdtemp(prefix="stepwise-prime-rl-")
-    atexit.register(shutil.rmtree, shim_dir, ignore_errors=True)  # the launcher outlives its children
-    shim = os.path.join(shim_dir, "orchestrator")
-    with open(shim, "w") as f:
-        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m {MODULE} orchestrator "$@"\n')
-    os.chmod(shim, 0o755)
-    os.environ["PATH"] = shim_dir + os.pathsep + os.environ.get("PATH", "")
+    shim = Path(tempfile.mkdtemp(prefix="stepwise-prime-rl-")) / "orchestrator"
+    atexit.register(shutil.rmtree, shim.parent, ignore_errors=True)  # the launcher outlives its children
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {MODULE} orchestrator "$@"\n')
+    shim.chmod(0o755)
+    os.environ["PATH"] = f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 if __name__ == "__main__":

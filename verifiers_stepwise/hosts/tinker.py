@@ -5,23 +5,13 @@ Shapes translated (checked against tinker-cookbook 0.6.1 and tinker 0.38.0 from 
     TrajectoryGroup.trajectories_G[j].transitions[t]          (tinker trajectory group)
       → r_{j,t} = transitions[t].reward, plus final_rewards_G[j] on the last transition,
         so Σ_t r_{j,t} is tinker's own total reward (``get_total_rewards()[j]``)
-      → A_{j,t} from the estimator picked by its registered name, in one credit record per
-        trajectory (``traces.credit.Credit``, made once per group by ``group_credit`` and kept
-        on the group: the filters, ``compute_advantages`` and the datums all read it)
+      → A_{j,t}: one credit record per trajectory, made once per group (``group_credit``)
       → ``Datum.loss_fn_inputs["advantages"]``: A_{j,t} on transition t's action tokens (``lay_out``),
         0 on observation tokens and on parse-error-masked transitions, exactly where tinker
         puts its one trajectory advantage (tinker builds the datums; only values change).
 
-tinker-cookbook has no advantage hook: ``tinker_cookbook.rl.train`` calls
-``compute_advantages`` and ``assemble_training_data`` through its module globals.
-``use_estimator(name, **options)`` rebinds them (and the two constant-reward group filters,
-which compare totals and would drop groups whose turns still carry credit) for the duration
-of a ``with`` block. ``python -m verifiers_stepwise.hosts.tinker`` wraps ``train.Config`` in
-a chz CLI that does this around ``train.main``.
-
-With one transition per trajectory and ``estimator="grpo", scale="none"`` (or the stepwise
-estimator with ``scale="none"``) the datums equal tinker's own: reward minus group mean, as
-float32 on the wire.
+tinker-cookbook has no advantage hook: ``tinker_cookbook.rl.train`` calls its functions through
+its module globals, which ``use_estimator`` rebinds for the duration of a ``with`` block.
 """
 
 from __future__ import annotations
@@ -69,7 +59,6 @@ __all__ = [
     "compute_advantages",
     "group_credit",
     "main",
-    "remove_groups_without_credit",
     "turn_rewards",
     "use_estimator",
 ]
@@ -162,7 +151,7 @@ def _carries_credit(group: TrajectoryGroup, estimator: Estimator) -> bool:
     return any(a != 0.0 for credit in group_credit(group, estimator) for a in credit.advantages)
 
 
-def remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Estimator) -> list[TrajectoryGroup]:
+def _remove_groups_without_credit(groups: list[TrajectoryGroup], *, estimator: Estimator) -> list[TrajectoryGroup]:
     """Replacement for ``remove_constant_reward_groups``: keep groups with a nonzero advantage.
 
     Equal totals do not mean no credit once turns are scored. Like tinker, returns one group
@@ -190,13 +179,9 @@ def _keep_groups_with_credit(original: Callable[..., Any], estimator: Estimator)
 
 @contextmanager
 def use_estimator(estimator: str | Estimator = "stepwise", **options: Any) -> Iterator[Estimator]:
-    """Train with ``estimator`` (a registered name, configured with ``options``, or an
-    ``Estimator``) inside the ``with`` block.
-
-    Rebinds, in ``tinker_cookbook.rl.train``: ``compute_advantages``,
-    ``assemble_training_data``, ``remove_constant_reward_groups`` and
-    ``drop_constant_reward_group``; restores them on exit. Options the estimator's config
-    does not set keep its defaults.
+    """Train with ``estimator`` (a registered name configured with ``options``, or an
+    ``Estimator``) inside the ``with`` block: the four functions below are rebound in
+    ``tinker_cookbook.rl.train`` and restored on exit.
 
     Example:
         with use_estimator("stepwise", gamma=0.9, scale="none"):
@@ -209,17 +194,15 @@ def use_estimator(estimator: str | Estimator = "stepwise", **options: Any) -> It
     replacements = {
         "compute_advantages": partial(compute_advantages, estimator=estimator),
         "assemble_training_data": assemble_training_data,
-        "remove_constant_reward_groups": partial(remove_groups_without_credit, estimator=estimator),
+        "remove_constant_reward_groups": partial(_remove_groups_without_credit, estimator=estimator),
         "drop_constant_reward_group": _keep_groups_with_credit(tinker_train.drop_constant_reward_group, estimator),
     }
     saved = {attribute: getattr(tinker_train, attribute) for attribute in replacements}
-    for attribute, value in replacements.items():
-        setattr(tinker_train, attribute, value)
+    vars(tinker_train).update(replacements)
     try:
         yield estimator
     finally:
-        for attribute, value in saved.items():
-            setattr(tinker_train, attribute, value)
+        vars(tinker_train).update(saved)
 
 
 @chz.chz
