@@ -37,11 +37,8 @@ class Stepwise(Estimator):
         R_{j,t} = Σ_{i≥t} γ^(i−t) r_{j,i}    (sum)   or   max_{i≥t} γ^(i−t) r_{j,i}   (max)
         A_{j,t} = (R_{j,t} − mean(X)) / (std(X) + ε)     (scale="std"; R − mean for "none")
 
-    where X depends on the baseline: absorbing = {R̃_{k,t}} over all trajectories k, with
-    R̃_{k,t} = R_{k,t} if T_k > t else 0; pooled = {R_{k,s}} over all trajectories k and turns s;
-    per_turn = {R_{k,t} : T_k > t}; leave_one_out = the pool without R_{j,t}
-    (baseline (ΣX − R_{j,t}) / (|X| − 1), scaled by the pool's std); trajectory =
-    {R_{k,1}} with A_{j,t} = A_{j,1} for every t.
+    where X is the baseline's comparison set within the group (``baselines``: absorbing, pooled,
+    per_turn, leave_one_out, trajectory).
 
     The default (absorbing, sum, γ 1, scale "none"; chosen by benchmarks/learning.py, see
     docs/estimators.md) passes the three rules there: an all-wrong trajectory in a group where
