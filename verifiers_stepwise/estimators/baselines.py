@@ -17,15 +17,11 @@ returns R_{k,t} (t = 0..T_k − 1), turn t of trajectory j is compared with:
     leave_one_out  X = the pooled set, without R_{j,t}
     trajectory     X = {R_{k,0} : every k}                    first-turn returns; A_{j,t} = A(R_{j,0})
 
-Why "absorbing": with per_turn the turn-t set holds only trajectories that went on to turn t,
-so its size, mean and std depend on when each trajectory chose to stop, itself included (a lone
-survivor gets exactly 0, a set of two gets ±1 whatever the stakes). With absorbing, every set
-has all G trajectories of the group and a stopped trajectory contributes what it still earns, 0:
-the return of the episode read as an MDP with an absorbing terminal state. With scale="none"
-the advantage is (G − 1)/G · (R_{j,t} − mean_{k≠j} R_{k,t}): the baseline is built from the
-other trajectories only, which do not depend on this one's actions, so for γ = 1 and "sum" the
-expected update is (G − 1)/G times the true policy gradient, whoever stops when (computed
-exactly on a stopping task in tests/test_stopping_bias.py).
+Why "absorbing": per_turn's set X_t holds only the trajectories that went on to turn t, so it
+depends on when each chose to stop (a lone survivor gets exactly 0). Absorbing keeps all G
+trajectories in every set, a stopped one earning 0 in its absorbing state; with scale="none"
+and γ = 1, "sum" the expected update is (G − 1)/G times the true policy gradient, whoever stops
+when (docs/estimators.md; tests/test_stopping_bias.py computes it exactly).
 
 A set whose values are all equal gives exactly 0, and a group with a single trajectory has
 nothing to be compared with and gives 0 on every turn.

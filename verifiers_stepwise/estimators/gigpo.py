@@ -53,11 +53,8 @@ class GiGPO(GRPO):
     state occurs once in the group, or that has none, has A^S = 0; so when no state recurs
     GiGPO is ``grpo`` exactly.
 
-    Known biases (docs/estimators.md): A^E is GRPO's, one value for every turn of a
-    trajectory; A^S compares only turns that share a state, so its baseline is the mean
-    return of the others from that state, which includes this turn's own return (as GRPO's
-    does) and turns of the same trajectory that revisit the state; the step returns are
-    discounted while A^E is not, so a far-off reward counts less in A^S than in A^E.
+    Known biases (a state revisited within a rollout compares positions; A^S discounted, A^E
+    not): docs/estimators.md, "Known biases".
     """
 
     Config = GiGPOConfig

@@ -47,15 +47,8 @@ class Stepwise(Estimator):
     among trajectories of equal length. Kevin's configuration is ``gamma=0.4,
     baseline="pooled", scale="std"``, safe only with non-negative rewards.
 
-    Known biases (all pinned by tests, see docs/estimators.md): the pooled baseline favours
-    early turns when rewards are non-negative, since earlier turns add more discounted terms
-    (rewards 1,1,1,1 with γ = 0.4 give returns 1.624, 1.56, 1.4, 1.0 and nonzero advantages
-    though no turn was better); the per_turn baseline for turn t only averages trajectories
-    that lasted past t, so it depends on when each trajectory stopped, which the policy chooses;
-    with negative rewards the pooled baseline favours late turns (all-wrong [-1, -1, -1] next to
-    a success gets −1.08, −0.92, −0.54 with aggregation "sum", and +1.36 on its last turn in the
-    issue's group); the absorbing baseline makes stopping early cost the rewards forgone, so a
-    constant added to every reward changes the incentive to go on when lengths differ.
+    Known biases (the pooled baseline's positional tilt, per_turn's dependence on who stopped,
+    ...), each with the case and test that shows it: docs/estimators.md, "Known biases".
     """
 
     Config = StepwiseConfig

@@ -40,9 +40,8 @@ class TurnCredit(GRPO):
     all trajectories have the same length. prime-rl's version weights the mean by tokens; this
     one weights every turn equally (a turn is one sample here; token counts are the host's).
 
-    Known limit: the redistribution can outweigh A_j. A wrong trajectory whose late turns
-    did better than the group at that index gets c_{j,t} above its own mean, so with a large
-    β an all-wrong trajectory can still get a positive turn (measured in docs/estimators.md).
+    Known limit: a large β can outweigh A_j, so an all-wrong trajectory can get a positive
+    turn (docs/estimators.md, "Known biases").
     """
 
     Config = TurnCreditConfig
