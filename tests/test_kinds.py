@@ -10,7 +10,7 @@ from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.errors import TraceError
 from verifiers_stepwise.testing.traces import TraceBuilder
 from verifiers_stepwise.traces import kinds
-from verifiers_stepwise.traces.kinds import CREDIT_KIND, DEFAULTS, PACKAGE_DEFAULT, CreditKind, default_for, group_kind
+from verifiers_stepwise.traces.kinds import CREDIT_KIND, DEFAULTS, CreditKind, group_kind
 from verifiers_stepwise.traces.turns import append_turn
 
 
@@ -25,12 +25,12 @@ def episode(rewards, kind=None):
 
 
 def test_every_kind_has_a_default_that_is_a_valid_registered_configuration():
-    assert set(DEFAULTS) == set(CreditKind)
+    assert set(DEFAULTS) == {*CreditKind, None}
     for kind in CreditKind:
-        chosen = default_for(kind)
+        chosen = DEFAULTS[kind]
         get_estimator(chosen.estimator, **chosen.options)  # a bad name or option raises
         assert chosen.why.startswith(kind.value)  # the reason names the suite's task of the kind
-    assert default_for(None) == PACKAGE_DEFAULT and PACKAGE_DEFAULT.estimator == "stepwise"
+    assert DEFAULTS[None].estimator == "stepwise"
 
 
 def test_a_group_declares_one_kind_or_none():

@@ -20,7 +20,7 @@ from stepwise_dapo_math.loaders import BUNDLED_PATH
 from verifiers_stepwise import score_group
 from verifiers_stepwise.testing.episodes import run_groups
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, scripted
-from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind, default_for
+from verifiers_stepwise.traces.kinds import CREDIT_KIND, DEFAULTS, CreditKind
 from verifiers_stepwise.traces.turns import read_turns
 
 KEY_VAR = "STEPWISE_TEST_API_KEY"
@@ -103,7 +103,7 @@ async def test_the_default_credit_prefers_right_sooner(env_id):
     sooner, later = (traces[tuple(round(r, 6) for r in want)] for want in rewards)
     assert {t.info[CREDIT_KIND] for t in traces.values()} == {kind}
     records = score_group(group)
-    assert {r.estimator for r in records.values()} == {default_for(kind).estimator}
+    assert {r.estimator for r in records.values()} == {DEFAULTS[kind].estimator}
     first = next(t for t, (a, b) in enumerate(zip(*rewards)) if a != b)  # the first turn they differ
     assert records[sooner.id].advantages[first] > records[later.id].advantages[first]
 

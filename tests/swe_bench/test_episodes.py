@@ -28,7 +28,7 @@ from stepwise_swe_bench.instances import load_instances
 from verifiers_stepwise import get_estimator, score_group
 from verifiers_stepwise.testing.server import ModelServer, PerRollout, Reply, ToolCallReply, scripted
 from verifiers_stepwise.testing.vf_eval import run_vf_eval
-from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind, default_for
+from verifiers_stepwise.traces.kinds import CREDIT_KIND, DEFAULTS, CreditKind
 from verifiers_stepwise.traces.turns import read_turns
 
 from .conftest import containers, loopback_server, need
@@ -253,7 +253,7 @@ def test_resolving_sooner_is_credited_above_resolving_later_by_the_kinds_default
         by_rollout(run["groups"][2], "strip(separator)"),
     )
     assert {sooner.info[CREDIT_KIND], later.info[CREDIT_KIND]} == {CreditKind.REFINEMENT}
-    chosen = default_for(CreditKind.REFINEMENT)
+    chosen = DEFAULTS[CreditKind.REFINEMENT]
     now, then = get_estimator(chosen.estimator, **chosen.options)(
         [read_turns(sooner).rewards, read_turns(later).rewards]
     )

@@ -5,8 +5,8 @@ May import numpy and pydantic only (never verifiers or a trainer). Layers above 
 harness) → ``hosts`` (trainer adapters) → ``analysis`` (the ``vf-stepwise`` command).
 
     ragged      RaggedBatch: groups of trajectories of different lengths, flat float64
-    returns     discounted per-turn returns (sum | max), the backward recursion
-    baselines   group baselines and normalization (pooled, per_turn, leave_one_out, trajectory)
+    returns     discounted per-turn returns (sum | max | mean), the backward recursion
+    baselines   group baselines and normalization (absorbing, pooled, per_turn, leave_one_out, ...)
     base        the Estimator interface and its config base
     stepwise    per-turn returns against a group baseline (Kevin's, with a safe default)
     grpo        trajectory-level GRPO

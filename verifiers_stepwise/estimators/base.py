@@ -1,17 +1,13 @@
 """The estimator interface: per-turn rewards of a group in, per-turn advantages out.
 
-An estimator is called on one group (all trajectories sampled for one prompt):
+    estimator(group) -> list[list[float]]    one group: group[j][t] in, the same ragged shape out
+    estimator.batched(batch) -> (n_turns,)   many groups at once, flat float64 (``RaggedBatch``)
+    estimator.estimate(batch) -> Estimate    the advantages, with the per-turn returns they were
+                                             taken from (``stepwise``) or None
 
-    estimator(group: Sequence[Sequence[float]]) -> list[list[float]]      same ragged shape
-
-and, for trainers, on many groups at once with ``estimator.batched(batch: RaggedBatch)``,
-flat (n_turns,) float64 in and out. Both paths run the same code. ``estimate(batch)`` gives
-the advantages with the per-turn returns they were taken from, for estimators built on returns
-(``stepwise``: A_{j,t} = R_{j,t} − baseline); the others give None for the returns.
-
-Conventions (all estimators here): float64; population std (ddof = 0) plus ``eps`` (default
-1e-6); a group whose values are all equal gets advantages exactly 0; a group with a single
-trajectory has nothing to compare against and gets 0 everywhere.
+All three run the same code. Conventions (all estimators here): float64; population std
+(ddof = 0) plus ``eps`` (default 1e-6); a group whose values are all equal gets advantages
+exactly 0; a group with a single trajectory has nothing to compare against and gets 0.
 """
 
 from __future__ import annotations

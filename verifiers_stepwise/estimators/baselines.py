@@ -17,15 +17,11 @@ returns R_{k,t} (t = 0..T_k − 1), turn t of trajectory j is compared with:
     leave_one_out  X = the pooled set, without R_{j,t}
     trajectory     X = {R_{k,0} : every k}                    first-turn returns; A_{j,t} = A(R_{j,0})
 
-Why "absorbing": with per_turn the turn-t set holds only trajectories that went on to turn t,
-so its size, mean and std depend on when each trajectory chose to stop, itself included (a lone
-survivor gets exactly 0, a set of two gets ±1 whatever the stakes). With absorbing, every set
-has all G trajectories of the group and a stopped trajectory contributes what it still earns, 0:
-the return of the episode read as an MDP with an absorbing terminal state. With scale="none"
-the advantage is (G − 1)/G · (R_{j,t} − mean_{k≠j} R_{k,t}): the baseline is built from the
-other trajectories only, which do not depend on this one's actions, so for γ = 1 and "sum" the
-expected update is (G − 1)/G times the true policy gradient, whoever stops when (computed
-exactly on a stopping task in tests/test_stopping_bias.py).
+Why "absorbing": per_turn's set X_t holds only the trajectories that went on to turn t, so it
+depends on when each chose to stop (a lone survivor gets exactly 0). Absorbing keeps all G
+trajectories in every set, a stopped one earning 0 in its absorbing state; with scale="none"
+and γ = 1, "sum" the expected update is (G − 1)/G times the true policy gradient, whoever stops
+when (docs/estimators.md; tests/test_stopping_bias.py computes it exactly).
 
 A set whose values are all equal gives exactly 0, and a group with a single trajectory has
 nothing to be compared with and gives 0 on every turn.
@@ -54,16 +50,8 @@ Scale = Literal["std", "none"]
 def normalize_segments(
     x: np.ndarray, sizes: np.ndarray, scale: Scale, eps: float, leave_one_out: bool = False
 ) -> np.ndarray:
-    """A(x) of the module docstring within each contiguous segment of ``x``.
-
-    Args:
-      x: (n,) finite values, segment after segment.
-      sizes: (n_segments,) values per segment, each >= 1, summing to n.
-      scale, eps, leave_one_out: as in the module docstring.
-
-    Returns:
-      (n,) advantages; ±inf where x − mean(X) exceeds float64 (only possible with scale="none").
-    """
+    """A(x) of the module docstring within each contiguous segment of ``x`` (n,) (``sizes``:
+    values per segment, each >= 1); ±inf where x − mean(X) exceeds float64 (scale="none" only)."""
     if x.size == 0:
         return x.copy()
     starts = sizes.cumsum() - sizes
@@ -116,21 +104,8 @@ def baseline_advantages(
 
 
 def per_turn_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
-    """Each turn against the same turn index of the trajectories of its group that reached it.
-
-    For a group of trajectories k with T_k turns and returns R_{k,t}, t = 0..T_k − 1:
-
-        X_t     = {R_{k,t} : T_k > t}
-        A_{j,t} = A(R_{j,t}; X_t)             A of the module docstring
-
-    Args:
-      batch: the groups and trajectory lengths.
-      returns: (n_turns,) R_{k,t} in the flat layout of ``batch.rewards``.
-      scale, eps: as in ``normalize_segments``.
-
-    Returns:
-      (n_turns,) A_{j,t} in the same layout.
-    """
+    """A_{j,t} = A(R_{j,t}; X_t), X_t = {R_{k,t} : T_k > t}: each turn against turn t of the
+    trajectories of its group that reached it. Flat (n_turns,) in and out."""
     row = turn_rows(batch)  # (n_turns,) the X_t each turn belongs to
     by_row = np.argsort(row, kind="stable")  # each X_t contiguous, its trajectories in order
     sizes = np.bincount(row)  # |X_t| = #{k : T_k > t}
@@ -140,23 +115,9 @@ def per_turn_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, e
 
 
 def absorbing_advantages(batch: RaggedBatch, returns: np.ndarray, scale: Scale, eps: float) -> np.ndarray:
-    """Each turn against the same turn index of every trajectory of its group.
-
-    For a group of G trajectories k with T_k turns and returns R_{k,t}, t = 0..T_k − 1, and
-    L = max_k T_k:
-
-        R̃_{k,t} = R_{k,t} if T_k > t, else 0      (k stopped: its absorbing state earns nothing more)
-        X_t     = {R̃_{k,t} : k = 0..G − 1}        for t = 0..L − 1, always G values
-        A_{j,t} = A(R_{j,t}; X_t)                 A of the module docstring
-
-    Args:
-      batch: the groups and trajectory lengths.
-      returns: (n_turns,) R_{k,t} in the flat layout of ``batch.rewards``.
-      scale, eps: as in ``normalize_segments``.
-
-    Returns:
-      (n_turns,) A_{j,t} in the same layout.
-    """
+    """A_{j,t} = A(R_{j,t}; X_t), X_t = {R̃_{k,t} : k = 0..G − 1} for t < L = max_k T_k, with
+    R̃_{k,t} = R_{k,t} if T_k > t, else 0: each turn against turn t of every trajectory of its
+    group, a stopped one entering with 0. Flat (n_turns,) in and out."""
     # Each group's R̃ as an (L, G) table, row t holding X_t; the tables end to end, row by row.
     sizes = batch.group_sizes.repeat(batch.group_longest)  # (n_rows,) |X_t| = G, t = 0..L − 1
     row_start = sizes.cumsum() - sizes

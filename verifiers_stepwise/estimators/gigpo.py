@@ -23,22 +23,22 @@ import numpy as np
 from pydantic import Field
 
 from verifiers_stepwise.errors import RewardError
-from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
-from verifiers_stepwise.estimators.baselines import Scale, baseline_advantages, normalize_segments
+from verifiers_stepwise.estimators.baselines import Scale, normalize_segments
+from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Gamma, ragged_discounted_returns
 
 __all__ = ["GiGPO", "GiGPOConfig", "anchor_state_advantages"]
 
 
-class GiGPOConfig(EstimatorConfig):
+class GiGPOConfig(GRPOConfig):
     gamma: Gamma = 0.95
     """Discount γ of the step returns (the paper's 0.95); the episode score is undiscounted."""
     omega: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """Weight ω of the step advantage (the paper's 1); 0 is exactly ``grpo``."""
 
 
-class GiGPO(Estimator):
+class GiGPO(GRPO):
     """Group-in-Group Policy Optimization (arXiv 2505.10978, eqs. 3 and 5-8).
 
     For trajectory j of a group, turn t with reward r_{j,t} and anchor state s_{j,t}:
@@ -51,13 +51,10 @@ class GiGPO(Estimator):
 
     with scale="none" dropping both divisions (mean-only, GiGPO's "mean_norm"). A turn whose
     state occurs once in the group, or that has none, has A^S = 0; so when no state recurs
-    GiGPO is ``grpo`` exactly. Std population (ddof = 0), as everywhere in this package.
+    GiGPO is ``grpo`` exactly.
 
-    Known biases (docs/estimators.md): A^E is GRPO's, one value for every turn of a
-    trajectory; A^S compares only turns that share a state, so its baseline is the mean
-    return of the others from that state, which includes this turn's own return (as GRPO's
-    does) and turns of the same trajectory that revisit the state; the step returns are
-    discounted while A^E is not, so a far-off reward counts less in A^S than in A^E.
+    Known biases (a state revisited within a rollout compares positions; A^S discounted, A^E
+    not): docs/estimators.md, "Known biases".
     """
 
     Config = GiGPOConfig
@@ -65,8 +62,7 @@ class GiGPO(Estimator):
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         c = self.config
-        totals = ragged_discounted_returns(batch, 1.0, "sum")  # G_j on every turn of j
-        episode = baseline_advantages(batch, totals, "trajectory", c.scale, c.eps)  # A^E_j
+        episode = super().batched(batch)  # A^E_j
         if batch.states is None or c.omega == 0.0:
             return episode  # no anchor states: A^S = 0
         returns = ragged_discounted_returns(batch, c.gamma, "sum")  # R_{j,t}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
@@ -26,7 +28,7 @@ class GRPO(Estimator):
     baseline but leave_one_out (which scales deviations by n/(n − 1)).
     """
 
-    Config = GRPOConfig
+    Config: ClassVar[type[GRPOConfig]] = GRPOConfig
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         # G_j is the undiscounted return of the first turn, compared across trajectories.

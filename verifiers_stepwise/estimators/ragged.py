@@ -35,13 +35,14 @@ class RaggedBatch:
     states: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        rewards = np.ascontiguousarray(self.rewards, dtype=np.float64)
-        lengths = np.ascontiguousarray(self.lengths, dtype=np.int64)
-        group_sizes = np.ascontiguousarray(self.group_sizes, dtype=np.int64)
+        object.__setattr__(self, "rewards", np.ascontiguousarray(self.rewards, dtype=np.float64))
+        object.__setattr__(self, "lengths", np.ascontiguousarray(self.lengths, dtype=np.int64))
+        object.__setattr__(self, "group_sizes", np.ascontiguousarray(self.group_sizes, dtype=np.int64))
+        rewards, lengths, group_sizes = self.rewards, self.lengths, self.group_sizes
         if rewards.ndim != 1 or lengths.ndim != 1 or group_sizes.ndim != 1:
             raise RewardError("rewards, lengths and group_sizes must be one-dimensional arrays")
         if lengths.size and lengths.min() < 1:
-            g, j = self._locate_trajectory(group_sizes, int(np.argmin(lengths >= 1)))
+            g, j = self._locate_trajectory(int(np.argmin(lengths >= 1)))
             raise RewardError(f"group {g}, trajectory {j}: a trajectory needs at least one turn")
         if group_sizes.size and group_sizes.min() < 1:
             raise RewardError(f"group {int(np.argmin(group_sizes >= 1))}: a group needs at least one trajectory")
@@ -54,11 +55,7 @@ class RaggedBatch:
         finite = np.isfinite(rewards)
         if not finite.all():
             at = int(np.argmin(finite))
-            g, j, t = self.locate(at, lengths, group_sizes)
-            raise RewardError(f"group {g}, trajectory {j}, turn {t}: reward {float(rewards[at])!r} is not finite")
-        object.__setattr__(self, "rewards", rewards)
-        object.__setattr__(self, "lengths", lengths)
-        object.__setattr__(self, "group_sizes", group_sizes)
+            raise RewardError(f"{self.where(at)}: reward {float(rewards[at])!r} is not finite")
         if self.states is not None:
             states = np.ascontiguousarray(self.states, dtype=np.int64)
             if states.shape != rewards.shape:
@@ -155,11 +152,6 @@ class RaggedBatch:
         return np.arange(self.n_turns) - self.trajectory_starts.repeat(self.lengths)
 
     @cached_property
-    def steps_left(self) -> np.ndarray:
-        """(n_turns,) T − 1 − t: how many turns follow each turn in its trajectory."""
-        return np.repeat(self.lengths - 1, self.lengths) - self.turn_index
-
-    @cached_property
     def group_turns(self) -> np.ndarray:
         """(n_groups,) turns per group, summed over its trajectories."""
         return np.add.reduceat(self.lengths, self.group_starts) if self.n_groups else self.lengths[:0]
@@ -196,21 +188,14 @@ class RaggedBatch:
 
     # -- locating a flat index --------------------------------------------------------------
 
-    @staticmethod
-    def _locate_trajectory(group_sizes: np.ndarray, trajectory: int) -> tuple[int, int]:
-        group_ends = np.cumsum(group_sizes)
+    def _locate_trajectory(self, trajectory: int) -> tuple[int, int]:
+        group_ends = np.cumsum(self.group_sizes)
         g = int(np.searchsorted(group_ends, trajectory, side="right"))
-        return g, trajectory - int(group_ends[g] - group_sizes[g])
-
-    @classmethod
-    def locate(cls, turn: int, lengths: np.ndarray, group_sizes: np.ndarray) -> tuple[int, int, int]:
-        """(group, trajectory within group, turn within trajectory) of flat index ``turn``."""
-        ends = np.cumsum(lengths)
-        trajectory = int(np.searchsorted(ends, turn, side="right"))
-        g, j = cls._locate_trajectory(group_sizes, trajectory)
-        return g, j, turn - int(ends[trajectory] - lengths[trajectory])
+        return g, trajectory - int(group_ends[g] - self.group_sizes[g])
 
     def where(self, turn: int) -> str:
         """``group g, trajectory j, turn t`` of flat index ``turn``, for error messages."""
-        g, j, t = self.locate(turn, self.lengths, self.group_sizes)
-        return f"group {g}, trajectory {j}, turn {t}"
+        ends = np.cumsum(self.lengths)
+        trajectory = int(np.searchsorted(ends, turn, side="right"))
+        g, j = self._locate_trajectory(trajectory)
+        return f"group {g}, trajectory {j}, turn {turn - int(ends[trajectory] - self.lengths[trajectory])}"

@@ -11,14 +11,13 @@ from importlib.metadata import EntryPoint
 from typing import TYPE_CHECKING, Any
 
 from verifiers_stepwise.errors import ConfigError
-from verifiers_stepwise.plugins import EntryPointConflict, registered
+from verifiers_stepwise.plugins import registered
 
 if TYPE_CHECKING:
     from verifiers_stepwise.estimators.base import Estimator
 
 __all__ = [
     "ESTIMATOR_GROUP",
-    "EntryPointConflict",
     "UnknownEstimator",
     "available_estimators",
     "estimator_class",

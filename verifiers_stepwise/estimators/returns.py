@@ -58,34 +58,13 @@ def _check_aggregation(aggregation: str) -> Aggregation:
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float, aggregation: Aggregation = "sum") -> list[float]:
-    """Per-turn returns R_1..R_T of one trajectory; see the module docstring for the formulas.
-
-    Args:
-      rewards: r_1..r_T, T >= 1, finite.
-      gamma: discount γ in [0, 1].
-      aggregation: "sum" (discounted reward-to-go), "max" (best discounted future score) or
-        "mean" (discounted mean of the rewards ahead).
-
-    Returns:
-      [R_1, ..., R_T] as float64 values.
-    """
-    if len(rewards) == 0:
-        raise RewardError("trajectory 0: a trajectory needs at least one turn")
-    batch = RaggedBatch.from_groups([[rewards]])
-    return ragged_discounted_returns(batch, gamma, aggregation).tolist()
+    """[R_1, ..., R_T] of one trajectory's finite rewards r_1..r_T (T >= 1), as float64 values."""
+    return ragged_discounted_returns(RaggedBatch.from_groups([[rewards]]), gamma, aggregation).tolist()
 
 
 def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Aggregation = "sum") -> np.ndarray:
-    """Returns for every turn of a ragged batch.
-
-    Args:
-      batch: rewards (n_turns,) with their trajectory lengths; groups play no role here.
-      gamma: discount γ in [0, 1].
-      aggregation: "sum", "max" or "mean".
-
-    Returns:
-      (n_turns,) float64, R_t in the same flat layout as ``batch.rewards``.
-    """
+    """(n_turns,) R_t of every turn of ``batch``, in the flat layout of ``batch.rewards``
+    (groups play no role here)."""
     gamma = check_gamma(gamma)
     use_max = _check_aggregation(aggregation) == "max"
     returns = batch.rewards.copy()  # R_T = r_T; earlier turns hold r_t until their step
@@ -101,7 +80,7 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
                 ahead = turns
     finite = np.isfinite(returns)
     if not finite.all():
-        raise overflow_error(batch, finite, gamma)
+        raise _overflow_error(batch, finite, gamma)
     if aggregation == "mean":
         # Σ_{k=0}^{T−t} γ^k is the sum return of all-ones rewards (the same scan, no cancellation near γ = 1).
         ones = RaggedBatch(np.ones_like(batch.rewards), batch.lengths, batch.group_sizes)
@@ -109,10 +88,9 @@ def ragged_discounted_returns(batch: RaggedBatch, gamma: float, aggregation: Agg
     return returns
 
 
-def overflow_error(batch: RaggedBatch, finite: np.ndarray, gamma: float) -> RewardError:
-    """Names where a return first overflows: in the first trajectory holding a non-finite
-    return, its last such turn (the recursion runs backwards, so every earlier turn of that
-    trajectory only inherited the infinity). ``finite`` is (n_turns,) ``isfinite(returns)``."""
+def _overflow_error(batch: RaggedBatch, finite: np.ndarray, gamma: float) -> RewardError:
+    """Names the last non-finite turn of the first trajectory holding one: the recursion runs
+    backwards, so every earlier turn of that trajectory only inherited the infinity."""
     first = int(np.argmin(finite))
     trajectory = int(np.searchsorted(batch.trajectory_ends, first, side="right"))
     end = int(batch.trajectory_ends[trajectory])

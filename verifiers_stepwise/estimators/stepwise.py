@@ -37,11 +37,8 @@ class Stepwise(Estimator):
         R_{j,t} = Σ_{i≥t} γ^(i−t) r_{j,i}    (sum)   or   max_{i≥t} γ^(i−t) r_{j,i}   (max)
         A_{j,t} = (R_{j,t} − mean(X)) / (std(X) + ε)     (scale="std"; R − mean for "none")
 
-    where X depends on the baseline: absorbing = {R̃_{k,t}} over all trajectories k, with
-    R̃_{k,t} = R_{k,t} if T_k > t else 0; pooled = {R_{k,s}} over all trajectories k and turns s;
-    per_turn = {R_{k,t} : T_k > t}; leave_one_out = the pool without R_{j,t}
-    (baseline (ΣX − R_{j,t}) / (|X| − 1), scaled by the pool's std); trajectory =
-    {R_{k,1}} with A_{j,t} = A_{j,1} for every t.
+    where X is the baseline's comparison set within the group (``baselines``: absorbing, pooled,
+    per_turn, leave_one_out, trajectory).
 
     The default (absorbing, sum, γ 1, scale "none"; chosen by benchmarks/learning.py, see
     docs/estimators.md) passes the three rules there: an all-wrong trajectory in a group where
@@ -50,15 +47,8 @@ class Stepwise(Estimator):
     among trajectories of equal length. Kevin's configuration is ``gamma=0.4,
     baseline="pooled", scale="std"``, safe only with non-negative rewards.
 
-    Known biases (all pinned by tests, see docs/estimators.md): the pooled baseline favours
-    early turns when rewards are non-negative, since earlier turns add more discounted terms
-    (rewards 1,1,1,1 with γ = 0.4 give returns 1.624, 1.56, 1.4, 1.0 and nonzero advantages
-    though no turn was better); the per_turn baseline for turn t only averages trajectories
-    that lasted past t, so it depends on when each trajectory stopped, which the policy chooses;
-    with negative rewards the pooled baseline favours late turns (all-wrong [-1, -1, -1] next to
-    a success gets −1.08, −0.92, −0.54 with aggregation "sum", and +1.36 on its last turn in the
-    issue's group); the absorbing baseline makes stopping early cost the rewards forgone, so a
-    constant added to every reward changes the incentive to go on when lengths differ.
+    Known biases (the pooled baseline's positional tilt, per_turn's dependence on who stopped,
+    ...), each with the case and test that shows it: docs/estimators.md, "Known biases".
     """
 
     Config = StepwiseConfig

@@ -9,22 +9,22 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from verifiers_stepwise.estimators.base import Estimator, EstimatorConfig
 from verifiers_stepwise.estimators.baselines import baseline_advantages
+from verifiers_stepwise.estimators.grpo import GRPO, GRPOConfig
 from verifiers_stepwise.estimators.ragged import RaggedBatch
 from verifiers_stepwise.estimators.returns import Gamma, ragged_discounted_returns
 
 __all__ = ["TurnCredit", "TurnCreditConfig"]
 
 
-class TurnCreditConfig(EstimatorConfig):
+class TurnCreditConfig(GRPOConfig):
     gamma: Gamma = 0.9
     """Discount γ of the per-turn returns that rank turns (prime-rl's turn_credit uses 0.9)."""
     beta: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """Weight β of the redistribution; 0 is exactly ``grpo``."""
 
 
-class TurnCredit(Estimator):
+class TurnCredit(GRPO):
     """GRPO-preserving per-turn credit.
 
     For trajectory j of a group, with T_j turns:
@@ -40,9 +40,8 @@ class TurnCredit(Estimator):
     all trajectories have the same length. prime-rl's version weights the mean by tokens; this
     one weights every turn equally (a turn is one sample here; token counts are the host's).
 
-    Known limit: the redistribution can outweigh A_j. A wrong trajectory whose late turns
-    did better than the group at that index gets c_{j,t} above its own mean, so with a large
-    β an all-wrong trajectory can still get a positive turn (measured in docs/estimators.md).
+    Known limit: a large β can outweigh A_j, so an all-wrong trajectory can get a positive
+    turn (docs/estimators.md, "Known biases").
     """
 
     Config = TurnCreditConfig
@@ -50,8 +49,7 @@ class TurnCredit(Estimator):
 
     def batched(self, batch: RaggedBatch) -> np.ndarray:
         c = self.config
-        totals = ragged_discounted_returns(batch, 1.0, "sum")
-        advantages = baseline_advantages(batch, totals, "trajectory", c.scale, c.eps)
+        advantages = super().batched(batch)  # A_j
         if c.beta == 0.0 or batch.n_turns == 0:
             return advantages
         returns = ragged_discounted_returns(batch, c.gamma, "sum")

@@ -4,11 +4,9 @@
     write_credit(trace, credit)                                 the record kept on the trace
     lay_out(credit.advantages, runs) -> per-token advantages    the record on a token stream
 
-``score_group`` reads each trace's per-turn rewards (``verifiers_stepwise.traces.turns``) and,
-when recorded, each turn's anchor state (``turn_states``, which ``gigpo`` reads), and runs the
-estimator on the group (``credit_group``, the one place a record is made). What it decided is
-one record per trainable trace, ``Credit``; hosts lay that record out on their own tokens and
-never read the turns again:
+``score_group`` reads each trace's per-turn rewards and anchor states (``traces.turns``) and
+runs the estimator on the group (``credit_group``, the one place a record is made). Hosts lay
+the record out on their own tokens and never read the turns again:
 
     estimator   the name the estimator was looked up by (or its class name)
     reading     how the turns were read: "rewards" (``turn_rewards``), "scores" (``turn_scores``,
@@ -18,22 +16,13 @@ never read the turns again:
     advantages  A_t, one per turn; [] when excluded
     excluded    why the trace was left out of its group, or None
 
-A host that trains on the trace's nodes (prime-rl) keeps each record on its trace with
-``write_credit``: turn t's A_t on every sampled token of turn t's nodes (``node.advantages``)
-and the record as ``trace.info["stepwise_credit"]`` (serialized with the trace, so
-``traces.jsonl`` carries it; ``read_credit`` reads it back). A host with a token stream of its
-own (TRL's completion, tinker's datums, torchtitan's samples) cuts the stream into runs of one
-turn's tokens and calls ``lay_out``.
-
-Which traces form the group: trainable traces (``trace.agent.trainable``) of episodes and
-traces that completed without error. Errored traces — ``trace.ok`` False, or an episode whose
-``ok`` is False (its env hook raised or its deadline expired) — are excluded: they get no
-advantages (``write_credit`` leaves ``node.advantages`` None, which verifiers reads as "never
-scored") and do not enter the baseline, and their record says why. The reason: a model-server
-fault or crash cuts the trajectory short for reasons the policy did not choose; its missing
-later turns would bias every discounted return it holds, and learning from it would teach the
-policy about infrastructure. The turn rewards it earned stay in its record. A stop the policy
-caused (a turn or token limit, an agent timeout) is not an error: such traces are scored.
+The group is the trainable traces (``trace.agent.trainable``). Errored traces (``trace.ok``
+False, or an episode whose ``ok`` is False: its env hook raised or its deadline expired) are
+excluded: no advantages (``node.advantages`` stays None, "never scored" to verifiers), no part
+in the baseline, and a record saying why, with the rewards they earned. A model-server fault
+cuts a trajectory short for reasons the policy did not choose; its missing turns would bias
+every return it holds. A stop the policy caused (a turn or token limit, an agent timeout) is
+not an error: such traces are scored.
 """
 
 from __future__ import annotations
@@ -119,12 +108,10 @@ def score_group(
       estimator: an ``Estimator`` instance, a registered name such as "stepwise" or "grpo"
         (its default config), or None: the default for the kind of credit the group's env
         declares (``traces.kinds``; the package default ``stepwise`` when it declares none).
-      missing: what a trace without ``turn_rewards`` means. "final_turn": every sampled node
-        is a turn, the earlier ones with reward 0 and the last with the trace's reward
-        ``trace.reward`` (one turn without nodes when the model never spoke); "error": raise.
-      reading: how ``trace.info["turn_rewards"]`` is read: "rewards" (per-turn rewards,
-        ``None`` rejected) or "scores" (per-turn scores φ_t, ``None`` = unscored, credited by
-        differences as prime-rl PR #3282 reads the key; see ``traces.turns``).
+      missing: what a trace without ``turn_rewards`` means (``scored_turns``): "final_turn"
+        (the trace's reward on its last turn) or "error".
+      reading: how ``trace.info["turn_rewards"]`` is read: "rewards", or "scores" (φ_t read by
+        differences, as prime-rl PR #3282 reads the key; ``traces.turns``).
 
     Returns:
       One record per trainable trace, in episode then trace order; an excluded trace's record
@@ -145,7 +132,6 @@ def score_group(
         made = credit_group(
             [turns.rewards for _, turns, _ in scored],
             estimator,
-            label=label,
             readings=[how for *_, how in scored],
             nodes=[turns.nodes for _, turns, _ in scored],
             states=[read_turn_states(trace, len(turns.rewards)) for trace, turns, _ in scored],
@@ -179,7 +165,6 @@ def credit_group(
     rewards: Sequence[list[float]],
     estimator: Estimator,
     *,
-    label: str | None = None,
     readings: Sequence[Reading | Literal["final_turn"] | None] | None = None,
     nodes: Sequence[list[list[int]] | None] | None = None,
     states: Sequence[Sequence[Any] | None] | None = None,
@@ -191,7 +176,7 @@ def credit_group(
 
     Args:
       rewards: r_t per trajectory (each list is kept in its record, not copied).
-      estimator: the estimator; ``label`` names it in the records (default its registered name).
+      estimator: the estimator, named in the records by its registered name (or class name).
       readings: each trajectory's record ``reading`` (default "rewards").
       nodes: each trajectory's sampled node indices per turn (default None: no verifiers nodes).
       states: each trajectory's anchor state per turn (None: none recorded), for estimators
@@ -199,7 +184,7 @@ def credit_group(
 
     Raises ValueError when ``readings``, ``nodes`` or ``states`` is not one per trajectory.
     """
-    label = label or estimator.name or type(estimator).__name__
+    label = estimator.name or type(estimator).__name__
     anchored = None
     if states is not None and any(row is not None for row in states):
         anchored = [[[None] * len(r) if row is None else row for row, r in zip(states, rewards, strict=True)]]

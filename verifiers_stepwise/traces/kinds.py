@@ -10,7 +10,7 @@ learning suite (``benchmarks/credit_suite.py``) measured best for the kind:
     states        rollouts of a group reach the same environment states (GiGPO's setting)
     outcome       only the episode's end is paid (the control: every method should tie)
 
-``DEFAULTS`` holds each kind's estimator, its options and why, with the suite's numbers
+``DEFAULTS`` holds each kind's estimator (None: no kind declared), its options and why, with the suite's numbers
 (held-out success after training, mean ± std over 5 paired seeds; a difference is the paired
 mean with its 95% interval). Each is the suite's pre-registered rule (the highest held-out
 success among methods not worse than ``grpo``; within 0.02 of it, the fewest options) applied
@@ -43,7 +43,6 @@ __all__ = [
     "CreditKind",
     "KindDefault",
     "default_estimator",
-    "default_for",
     "estimator_for",
     "group_kind",
 ]
@@ -68,14 +67,9 @@ class KindDefault:
     options: Mapping[str, Any] = field(default_factory=dict)
     why: str = ""
 
-    def describe(self) -> str:
-        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
-        return f"{self.estimator}({options})"
 
-
-PACKAGE_DEFAULT = KindDefault("stepwise", {}, "the env declares no kind of credit: the package default")
-
-DEFAULTS: Mapping[CreditKind, KindDefault] = {
+DEFAULTS: Mapping[CreditKind | None, KindDefault] = {
+    None: KindDefault("stepwise", {}, "the env declares no kind of credit: the package default"),
     CreditKind.INDEPENDENT: KindDefault(
         "stepwise",
         {"gamma": 0.0},
@@ -125,21 +119,16 @@ def group_kind(traces: Sequence[Trace]) -> CreditKind | None:
     return CreditKind(next(iter(seen))) if seen else None
 
 
-def default_for(kind: CreditKind | None) -> KindDefault:
-    """The estimator configuration for ``kind`` (None: the package default)."""
-    return PACKAGE_DEFAULT if kind is None else DEFAULTS[kind]
-
-
 def default_estimator(traces: Sequence[Trace]) -> Estimator:
-    """The estimator for a group whose user named none: its kind's default (``group_kind``),
-    said once per process and kind on stderr with why."""
+    """The estimator for a group whose user named none: ``estimator_for`` its ``group_kind``."""
     return estimator_for(group_kind(traces))
 
 
 @cache
 def estimator_for(kind: CreditKind | None) -> Estimator:
-    """``default_for(kind)``'s estimator, said once per process and kind on stderr with why."""
-    chosen = default_for(kind)
-    said = f"credit kind {kind or 'undeclared'} -> {chosen.describe()}: {chosen.why}"
+    """``DEFAULTS[kind]``'s estimator, said once per process and kind on stderr with why."""
+    chosen = DEFAULTS[kind]
+    options = ", ".join(f"{key}={value!r}" for key, value in chosen.options.items())
+    said = f"credit kind {kind or 'undeclared'} -> {chosen.estimator}({options}): {chosen.why}"
     print(f"verifiers-stepwise: no estimator named; {said}", file=sys.stderr)
     return get_estimator(chosen.estimator, **chosen.options)

@@ -16,47 +16,34 @@ credit is never shifted silently.
 Credit is made from these turns once (``traces.credit``): turn t's advantage A_t belongs to
 the sampled tokens of turn t's nodes, and to nothing else.
 
-Per-turn *scores* instead of rewards. An env whose turns naturally carry a score of the state
-after the turn (a potential φ_t: tests passed so far, the distance to a target; ``None`` for a
-turn that was not scored) records them as
+Per-turn *scores* instead of rewards. An env whose turns carry a score of the state after the
+turn (a potential φ_t: tests passed so far; ``None`` for a turn not scored) records
 
     turn_scores    list[float | None]  one score per turn, in order (with ``turn_nodes`` as above)
 
-and they are read as rewards by differences (potential-based, so Σ_t r_t = the last score):
+read as rewards by differences (potential-based, so Σ_t r_t = the last score):
 
     r_t = φ_t − φ_prev    φ_prev = the last score recorded before turn t (0 before the first);
     r_t = 0               when φ_t is None (the next scored turn's difference spans it)
 
-prime-rl's open turn-credit PR #3282 reads ``turn_rewards`` itself as such scores. An env
-written for that reading writes scores (maybe ``None``) under ``turn_rewards``; here
-``turn_rewards`` means rewards, so ``read_turns(trace, reading="scores")`` (and
-``score_group(..., reading="scores")``) is the setting that reads it as scores. With the
-default reading a ``None`` in ``turn_rewards`` is rejected with a message naming that setting,
-never read as 0; a trace holding both keys is rejected as ambiguous. (Cumulative scores without
-any ``None`` cannot be told from rewards by looking: that is what the setting is for.)
+prime-rl's open turn-credit PR #3282 reads ``turn_rewards`` itself as such scores; here that is
+the setting ``reading="scores"``. With the default reading a ``None`` in ``turn_rewards`` is
+rejected with a message naming that setting, never read as 0; a trace holding both keys is
+rejected as ambiguous.
 
-Anchor states. An env that can say which environment state each turn acted from (the state
-the model saw before replying: a board, a page, the files) records it as
+Anchor states (``append_turn_state``, read by ``gigpo`` only; absent = no turn has one):
 
-    turn_states    list[str | int | None]   one key per turn, in order; None: no state said
+    turn_states    list[str | int | None]   per turn, the key of the state it acted from
 
-(``append_turn_state``; absent = no turn has one). Turns of a group with equal keys share an
-anchor state, which is what ``gigpo`` groups its step advantages by; other estimators ignore
-it. Keys are compared exactly, so an env keys a state by what defines it (a hash of the
-board, the observation's text), never by something that differs between rollouts in the
-same state (the model's earlier replies, a timestamp).
-Written after ``append_turn`` / ``append_turn_score`` for the same turn; the list starts at
-the first turn with a key, earlier turns padded with None, so once present it has one entry
-per turn.
+Keys are compared exactly, so an env keys a state by what defines it (a hash of the board),
+never by something that differs between rollouts in the same state (a timestamp). The list
+starts at the first turn with a key, earlier turns padded with None.
 
-Forked traces: a trace's turns are one sequence in ``turn_rewards`` order, and turn t's return
-sums the turns after it in that order. A trace can hold several branches (``trace.branches``,
-one per leaf of its node graph) when its context was rewritten, e.g. by compaction; that is the
-same agent's episode going on in a new context, so a turn before the fork is credited with the
-turns after it. Work done side by side by other agents (sub-agents) lives in their own traces
-(verifiers v1 keeps one trace per agent in ``episode.traces``) and each trace is its own
-trajectory, so one trace's return never sums another's rewards (the discounting across
-unrelated parallel branches of AReaL #1666 cannot happen).
+Forked traces: a trace's turns are one sequence in ``turn_rewards`` order, whatever its
+branches (``trace.branches``, e.g. after compaction: the same agent's episode in a new
+context). Sub-agents live in their own traces (``episode.traces``), each its own trajectory,
+so one trace's return never sums another's rewards (AReaL #1666's discounting across parallel
+branches cannot happen).
 
 Nothing here imports verifiers: traces are read through their attributes (``info``, ``nodes``,
 ``sampled``, ``mask``, ``token_ids``, ``logprobs``, ``parent``), checked against verifiers 0.4.0.
@@ -193,11 +180,13 @@ def append_turn(trace: Trace, reward: float, nodes: Sequence[int]) -> None:
     earned. ``turn_nodes`` is always written alongside, so readers never fall back to the
     one-node-per-turn convention for traces this package produced.
     """
-    _one_kind(trace, TURN_REWARDS)
-    (value,) = _rewards(trace, [reward], first=len(trace.info.get(TURN_REWARDS, [])))
-    indices = _checked_nodes(trace, nodes)
-    trace.info.setdefault(TURN_REWARDS, []).append(value)
-    trace.info.setdefault(TURN_NODES, []).append(indices)
+    _append(trace, TURN_REWARDS, reward, nodes)
+
+
+def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -> None:
+    """``append_turn`` by the turn's score φ_t (None: not scored), written under ``turn_scores``
+    (read as rewards by differences); never mixed with ``append_turn`` on one trace (refused)."""
+    _append(trace, TURN_SCORES, score, nodes)
 
 
 def forfeit_turns(trace: Trace, turns: int, reward: float) -> None:
@@ -210,29 +199,33 @@ def forfeit_turns(trace: Trace, turns: int, reward: float) -> None:
     recorded = trace.info.get(key)
     if not recorded:
         raise TraceError(f"trace {trace.id}: no recorded turn to charge {turns} forfeited turns to")
-    if key == TURN_REWARDS:
-        (value,) = _rewards(trace, [recorded[-1] + reward], first=len(recorded) - 1)
-        recorded[-1] = value
-    else:
-        last = recorded[-1]
-        if last is None:
-            last = next((phi for phi in reversed(recorded[:-1]) if phi is not None), 0.0)
-        (charged,) = _scores(trace, [last + reward], key, first=len(recorded) - 1)
-        recorded[-1] = charged
+    last = recorded[-1]
+    if last is None and key == TURN_SCORES:
+        last = next((phi for phi in reversed(recorded[:-1]) if phi is not None), 0.0)
+    recorded[-1] = _checked_value(trace, key, last + reward, len(recorded) - 1)
     trace.info[FORFEITED] = turns
 
 
-def append_turn_score(trace: Trace, score: float | None, nodes: Sequence[int]) -> None:
-    """Record one finished turn by its score φ_t (None: not scored) and its sampled nodes.
-
-    Written under ``turn_scores`` (read as rewards by differences); never mix with
-    ``append_turn`` on one trace (refused).
-    """
-    _one_kind(trace, TURN_SCORES)
-    (value,) = _scores(trace, [score], TURN_SCORES, first=len(trace.info.get(TURN_SCORES, [])))
-    indices = _checked_nodes(trace, nodes)
-    trace.info.setdefault(TURN_SCORES, []).append(value)
+def _append(trace: Trace, key: str, value: float | None, nodes: Sequence[int]) -> None:
+    other = TURN_SCORES if key == TURN_REWARDS else TURN_REWARDS
+    if other in trace.info:
+        raise TraceError(
+            f"trace {trace.id}: its turns are recorded as {other}; a turn cannot be added to "
+            f"{key} (one kind per trace: rewards, or scores read by differences)"
+        )
+    value = _checked_value(trace, key, value, len(trace.info.get(key, [])))
+    indices = list(nodes)
+    for i in indices:
+        if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
+            raise TraceError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
+    trace.info.setdefault(key, []).append(value)
     trace.info.setdefault(TURN_NODES, []).append(indices)
+
+
+def _checked_value(trace: Trace, key: str, value: Any, t: int) -> float | None:
+    """Turn t's reward (``turn_rewards``) or score (``turn_scores``), checked."""
+    (checked,) = _rewards(trace, [value], first=t) if key == TURN_REWARDS else _scores(trace, [value], key, first=t)
+    return checked
 
 
 def append_turn_state(trace: Trace, state: str | int | None) -> None:
@@ -275,24 +268,6 @@ def score_differences(scores: Sequence[float | None]) -> list[float]:
             rewards.append(score - previous)
             previous = score
     return rewards
-
-
-def _one_kind(trace: Trace, key: str) -> None:
-    """A trace records its turns by rewards or by scores, never both (``read_turns`` refuses it)."""
-    other = TURN_SCORES if key == TURN_REWARDS else TURN_REWARDS
-    if other in trace.info:
-        raise TraceError(
-            f"trace {trace.id}: its turns are recorded as {other}; a turn cannot be added to "
-            f"{key} (one kind per trace: rewards, or scores read by differences)"
-        )
-
-
-def _checked_nodes(trace: Trace, nodes: Sequence[int]) -> list[int]:
-    indices = list(nodes)
-    for i in indices:
-        if not (isinstance(i, int) and 0 <= i < len(trace.nodes) and trace.nodes[i].sampled):
-            raise TraceError(f"trace {trace.id}: node {i!r} is not a sampled node of the trace")
-    return indices
 
 
 def _rewards(trace: Trace, raw: Any, first: int = 0) -> list[float]:
