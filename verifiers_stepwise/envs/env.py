@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import verifiers.v1 as vf
 from pydantic import Field, model_validator
+from verifiers.v1.agent import agent_config_fields
 
-from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
 from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind
 from verifiers_stepwise.traces.turns import append_turn, append_turn_score, append_turn_state, forfeit_turns

@@ -54,16 +54,11 @@ import httpx
 import openai
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1.agent import agent_config_fields
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
-from verifiers_stepwise.envs.compat import (
-    agent_config_fields,
-    bound_tool_message,
-    call_mcp,
-    connect_mcp,
-    require_mcp_tools,
-)
+from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp, require_mcp_tools
 from verifiers_stepwise.errors import ConfigError
 
 __all__ = [
