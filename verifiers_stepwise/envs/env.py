@@ -76,19 +76,15 @@ class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
     context the model sees on later turns; the current turn keeps its own (Kevin)."""
 
     @model_validator(mode="after")
-    def _bounded_model_calls(self) -> StepwiseMultiTurnEnvConfig:
-        """Without a call cap a model that only makes tool calls never ends its turn."""
-        for spec in agent_config_fields(self).values():
+    def _configure_agents(self) -> StepwiseMultiTurnEnvConfig:
+        """Cap each agent's model calls (without a cap a model that only makes tool calls never
+        ends its turn), and carry ``exclude_think`` to its harness, which builds each request's
+        context."""
+        for name, spec in agent_config_fields(self).items():
             if spec.max_turns is None:
                 spec.max_turns = self.max_turns * self.max_calls_per_turn
-        return self
-
-    @model_validator(mode="after")
-    def _exclude_think_on_the_harness(self) -> StepwiseMultiTurnEnvConfig:
-        """The harness builds each request's context, so exclude_think is carried out there."""
-        if not self.exclude_think:
-            return self
-        for name, spec in agent_config_fields(self).items():
+            if not self.exclude_think:
+                continue
             harness = spec.harness
             if harness is None or "exclude_think" not in type(harness).model_fields:
                 used = harness.id if harness is not None else "the taskset's default"

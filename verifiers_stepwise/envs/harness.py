@@ -400,16 +400,14 @@ class ChatSession(vf.HarnessSession):
     async def _tool_result(self, call: vf.ToolCall) -> dict:
         """The tool message answering ``call``: the gate's verdict when it denies the call, else
         the MCP server's result (or an error text the model can act on)."""
+        problem = None
         try:
             arguments: Any = json.loads(call.arguments or "{}")
-            problem = (
-                None
-                if isinstance(arguments, dict)
-                else (f"error: tool arguments must be a JSON object, got {type(arguments).__name__}")
-            )
         except json.JSONDecodeError as error:
             arguments = call.arguments
             problem = f"error: invalid JSON in tool arguments ({error}); resend the call with valid JSON"
+        if problem is None and not isinstance(arguments, dict):
+            problem = f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
         if self.tool_interception_url:
             verdict = await self._gate(call, arguments)
             if verdict["action"] == "deny":
