@@ -82,11 +82,9 @@ that names none and whose taskset brings none."""
 def refuse_a_uv_harness_without_uv(environment: Any, where: str) -> None:
     """Raise ConfigError when an agent of ``environment`` (a resolved verifiers ``EnvConfig``)
     runs one of ``UV_HARNESSES`` on the local ``subprocess`` runtime and no ``uv`` is on ``PATH``
-    (or in ``~/.local/bin``, where verifiers installs it): verifiers would then fetch uv (pip,
-    else curl) at the first episode, inside the env server, and offline every episode would
-    fail there, errored rollouts instead of a stopped run. A container runtime brings its own
-    uv and is not checked. With uv present the first episode still needs the package index
-    (or a warm uv cache) for the program's dependencies; that is not checked."""
+    or in ``~/.local/bin``: verifiers would fetch uv at the first episode, and offline every
+    episode would fail (errored rollouts instead of a stopped run). A container runtime brings
+    its own uv. That the package index (or a warm uv cache) is reachable is not checked."""
     from verifiers.v1.utils.loaders import default_harness_id
 
     if shutil.which("uv") or shutil.which("uv", path=str(Path.home() / ".local" / "bin")):
