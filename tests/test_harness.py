@@ -282,13 +282,13 @@ async def test_exclude_think_keeps_the_current_turns_reasoning_through_its_tool_
 
 async def test_one_session_serves_every_turn_of_a_rollout(server, monkeypatch):
     opened = []
-    original = ChatSession._open
+    original = ChatSession.__init__
 
-    async def counting(self):
+    def counting(self, *args, **kwargs):
         opened.append(self)
-        await original(self)
+        original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ChatSession, "_open", counting)
+    monkeypatch.setattr(ChatSession, "__init__", counting)
     async with agent(server).interaction(task("Count with me (one session)")) as chat:
         for message in (None, "next", "next"):
             await chat.turn(message)

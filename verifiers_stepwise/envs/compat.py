@@ -5,18 +5,15 @@ The package supports verifiers 0.3.1 (PyPI), prime-rl's pinned pre-release ``a60
 from verifiers where it exists (feature detection on import, never a patch of verifiers) and
 otherwise defined here with what the older release offers:
 
-    agent_config_fields   verifiers.v1.configs.agent (0.4.0)   the config's AgentConfig-valued fields
     bound_tool_message    verifiers.v1.harnesses.utils (0.4.0) older: the message as it is
     connect_mcp/call_mcp  verifiers.v1.harnesses.utils (0.4.0) older: absent, see MCP_TOOLS
     TAKE, VIEW            Taskset.take/_view (0.4.0)           older: Taskset.head/view
 
-0.3.1 and a60a606 have no shared MCP helpers (each built-in harness program carries its own), so
-the ``stepwise-chat`` harness runs MCP tool servers on 0.4.x only (``MCP_TOOLS``) and refuses a
-task with tool servers on older releases, naming the version; chat without tools works on all.
-``bound_tool_message`` caps an over-long tool result in 0.4.0; on older releases the only tool
-messages the harness writes are its own short errors and the tool gate's denials, which are
-passed on unchanged. Checked against verifiers 0.3.1, a60a606 and 0.4.0
-(``tests/test_verifiers_compat.py``).
+0.3.1 and a60a606 have no shared MCP helpers, so the ``stepwise-chat`` harness runs MCP tool
+servers on 0.4.x only and refuses a task with tool servers on older releases, naming the
+version; chat without tools works on all. On older releases the only tool messages the harness
+writes are its own short errors and the tool gate's denials, passed on unchanged. Checked
+against verifiers 0.3.1, a60a606 and 0.4.0 (``tests/test_verifiers_compat.py``).
 """
 
 from __future__ import annotations
@@ -26,35 +23,13 @@ from importlib.metadata import version
 from typing import Any
 
 import verifiers.v1 as vf
-from pydantic import BaseModel
 
 from verifiers_stepwise.errors import HostMismatch
 
-__all__ = [
-    "MCP_TOOLS",
-    "TAKE",
-    "VIEW",
-    "VERIFIERS_VERSION",
-    "agent_config_fields",
-    "bound_tool_message",
-    "call_mcp",
-    "connect_mcp",
-    "require_mcp_tools",
-]
-
-VERIFIERS_VERSION = version("verifiers")
+__all__ = ["MCP_TOOLS", "TAKE", "VIEW", "bound_tool_message", "call_mcp", "connect_mcp", "require_mcp_tools"]
 
 TAKE, VIEW = ("take", "_view") if hasattr(vf.Taskset, "take") else ("head", "view")
 """The names of a taskset's first-n view and of its transformed view (``getattr(taskset, TAKE)(n)``)."""
-
-try:
-    from verifiers.v1.configs.agent import agent_config_fields
-except ImportError:  # verifiers < 0.4
-
-    def agent_config_fields(config: BaseModel) -> dict[str, vf.AgentConfig]:
-        """Top-level agent configs, in declaration order, keyed by their field names."""
-        return {name: value for name, value in config if isinstance(value, vf.AgentConfig)}
-
 
 try:
     from verifiers.v1.harnesses.utils.compaction import bound_tool_message
@@ -78,5 +53,5 @@ def require_mcp_tools(servers: Mapping[str, str]) -> None:
     if servers and not MCP_TOOLS:
         raise HostMismatch(
             f"the stepwise-chat harness runs MCP tool servers with verifiers >= 0.4 only "
-            f"(installed: {VERIFIERS_VERSION}); this task has tool servers {sorted(servers)}"
+            f"(installed: {version('verifiers')}); this task has tool servers {sorted(servers)}"
         )

@@ -8,43 +8,32 @@ Verifiers 0.4.0 has no ``MultiTurnEnv``; a multi-turn env writes ``Env.run`` aro
       -> ... until env_response stops, the segment terminates (a limit, a @stop, an error),
          or max_turns turns were taken
 
-and records every turn on the trace as ``trace.info["turn_rewards"]`` / ``["turn_nodes"]``
-(``verifiers_stepwise.traces.turns``), turn by turn, so a fault keeps the turns already earned;
-an env that scores the state after each turn returns ``TurnResult(score=...)`` instead and its
-turns go to ``trace.info["turn_scores"]`` (read as rewards by differences).
-Subclasses write ``env_response`` (and ``forfeit`` when their rewards can be negative, and
-``turn_state`` when turns of different rollouts can act from the same state, for ``gigpo``).
+and records every turn on the trace (``verifiers_stepwise.traces.turns``) as it ends, so a
+fault keeps the turns already earned: a reward in ``trace.info["turn_rewards"]``, or, for an env
+that scores the state after each turn (``TurnResult(score=...)``), a score in
+``["turn_scores"]``, read as rewards by differences. Subclasses write ``env_response``, and
+``forfeit`` and ``turn_state`` where those apply.
 
-The policy cannot stall or quit for free. A turn holds at most ``max_calls_per_turn`` model
-calls in effect: unless ``agent.max_turns`` is set, the run's model calls are capped at
-``max_turns × max_calls_per_turn``, so a model that answers every call with a tool call ends
-the run (stop ``max_turns``) instead of looping forever. A run that a limit (``max_turns``, a
-token cap, the agent's timeout) or a task's ``@vf.stop`` ends after the env asked for another
-turn forfeits the turns it did not take: ``forfeit(task, n)`` is added to the last recorded
-turn's reward (to its score when recorded by scores: the same change of r_last), the turn whose
-replies reached the limit (for a deadline that expired mid-call, the last turn that replied),
-and ``trace.info["forfeited_turns"]`` says how many. The default
-is 0; an env whose unsolved turns cost reward charges what they would have cost, because under
-the absorbing baseline a run that stops after one −1 otherwise out-scores one that kept trying
-(group [−1, +1], [−1, −1, −1], [−1]: the quitter's turn gets +0.33).
+The policy cannot stall or quit for free. Unless ``agent.max_turns`` is set, the run's model
+calls are capped at ``max_turns × max_calls_per_turn``, so a model that answers every call with
+a tool call ends the run. A run that a limit or a task's ``@vf.stop`` ends after the env asked
+for another turn forfeits the n turns it did not take: ``forfeit(task, n)`` is added to the last
+recorded turn's reward (to its score when recorded by scores: the same change of r_last), and
+``trace.info["forfeited_turns"]`` says n. Under the absorbing baseline a run that stops after
+one −1 otherwise out-scores one that kept trying (group [−1, +1], [−1, −1, −1], [−1]: the
+quitter's turn gets +0.33).
 
-Being right sooner. ``turn_cost`` c (0 by default) is charged on every turn after which the env
-asks for another (the answer did not end the episode) and on every forfeited turn: the reward
-r_t becomes r_t − c (a turn recorded by score: φ_t less c for each such turn so far, so the
-difference is r_t − c). Without it an env paying 1 for the answer that ends the episode and 0
-before pays [1] and [0, 1] the same sum, and an estimator that sums an episode (``grpo``, γ 1)
-cannot prefer the shorter. An env whose wrong tries already cost (``incorrect_reward``) needs
-none. ``credit_kind`` declares how the reward is laid over the turns (recorded as
-``trace.info["credit_kind"]``, ``verifiers_stepwise.traces.kinds``), which picks the estimator
-where the user names none.
+Being right sooner. ``turn_cost`` c is charged on every turn after which the env asks for
+another and on every forfeited turn: r_t becomes r_t − c (a turn recorded by score: φ_t less c
+for each such turn so far, so the difference is r_t − c). Without it an env paying 1 for the
+answer that ends the episode and 0 before pays [1] and [0, 1] the same sum, and an estimator
+that sums an episode (``grpo``, γ 1) cannot prefer the shorter.
 
-The default agent plays through the in-process ``stepwise-chat`` harness in the ``subprocess``
-runtime: that harness executes nothing itself, so the runtime only provides a working directory
-for task setup. Tools that execute code belong in the task's toolsets, sandboxed by their own
-runtime. Any harness that can resume an exchange works (``--env.agent.harness.id null``), except
-with ``exclude_think``, which needs a harness that rebuilds each turn's context.
-
-Checked against verifiers 0.4.0 (``verifiers/v1/env.py``, ``agent.py``, ``configs/env.py``).
+The default agent plays through the in-process ``stepwise-chat`` harness, which executes
+nothing itself; tools that execute code belong in the task's toolsets, sandboxed by their own
+runtime. Any harness that can resume an exchange works (``--env.agent.harness.id null``),
+except with ``exclude_think``. Checked against verifiers 0.4.0 (``verifiers/v1/env.py``,
+``agent.py``, ``configs/env.py``).
 """
 
 from __future__ import annotations
@@ -54,8 +43,8 @@ from dataclasses import dataclass
 
 import verifiers.v1 as vf
 from pydantic import Field, model_validator
+from verifiers.v1.agent import agent_config_fields
 
-from verifiers_stepwise.envs.compat import agent_config_fields
 from verifiers_stepwise.envs.harness import HARNESS_ID
 from verifiers_stepwise.traces.kinds import CREDIT_KIND, CreditKind
 from verifiers_stepwise.traces.turns import append_turn, append_turn_score, append_turn_state, forfeit_turns
@@ -87,19 +76,15 @@ class StepwiseMultiTurnEnvConfig(vf.EnvConfig):
     context the model sees on later turns; the current turn keeps its own (Kevin)."""
 
     @model_validator(mode="after")
-    def _bounded_model_calls(self) -> StepwiseMultiTurnEnvConfig:
-        """Without a call cap a model that only makes tool calls never ends its turn."""
-        for spec in agent_config_fields(self).values():
+    def _configure_agents(self) -> StepwiseMultiTurnEnvConfig:
+        """Cap each agent's model calls (without a cap a model that only makes tool calls never
+        ends its turn), and carry ``exclude_think`` to its harness, which builds each request's
+        context."""
+        for name, spec in agent_config_fields(self).items():
             if spec.max_turns is None:
                 spec.max_turns = self.max_turns * self.max_calls_per_turn
-        return self
-
-    @model_validator(mode="after")
-    def _exclude_think_on_the_harness(self) -> StepwiseMultiTurnEnvConfig:
-        """The harness builds each request's context, so exclude_think is carried out there."""
-        if not self.exclude_think:
-            return self
-        for name, spec in agent_config_fields(self).items():
+            if not self.exclude_think:
+                continue
             harness = spec.harness
             if harness is None or "exclude_think" not in type(harness).model_fields:
                 used = harness.id if harness is not None else "the taskset's default"

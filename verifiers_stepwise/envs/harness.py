@@ -15,19 +15,13 @@ lose their reasoning (``reasoning_content``/``reasoning_details`` and ``<think>â
 text) before the model sees them; the current turn, tool loop included, keeps its own. The
 graph then forks at the first rewritten message, so each turn ends on its own branch.
 
-Model calls go through the OpenAI SDK's client (``openai.AsyncOpenAI``), as verifiers' own
-harnesses do: its per-read timeout (``request_timeout``), its retries of a 408, a 5xx or a
-transport error (``max_retries``; its back-off, 0.5 s doubling to 8 s, jittered), its SSE
-decoding, and its ``x-stainless-retry-count`` header, on which the interception's replay guard
-keys. :meth:`ChatSession._attempts` adds what the interception needs and the SDK cannot do,
-each commented where it applies: a streamed attempt the interception failed is retried without
-streaming (that gets the upstream's own error through verifiers 0.4.0), one that broke after its
-answer began is retried unchanged (for the replay guard), a 429 is waited out until the call's
-deadline (not counted in ``max_retries``), and the call as a whole ends at ``call_timeout`` and
-at the rollout's ``episode_timeout``, which the per-read timeout cannot do: the interception
-keeps a slow stream alive with a keepalive every 3 s. A call past its deadline raises
-``ModelCallError`` (408), which the rollout records as its error; earlier turns keep what they
-recorded and the run goes on.
+Model calls go through the OpenAI SDK's client, as verifiers' own harnesses do: its per-read
+timeout, its retries of a 408, a 5xx or a transport error, its SSE decoding, and its
+``x-stainless-retry-count`` header, on which the interception's replay guard keys.
+:meth:`ChatSession._attempts` adds what the interception needs and the SDK cannot do, each
+commented where it applies. A call past its deadline (``call_timeout``, ``episode_timeout``)
+raises ``ModelCallError`` (408), which the rollout records as its error; earlier turns keep what
+they recorded and the run goes on.
 
 Runs on verifiers 0.3.1, a60a606 and 0.4.x; MCP tool servers need 0.4.x
 (``verifiers_stepwise.envs.compat``). Checked against verifiers 0.4.0 (``verifiers/v1/harness.py``,
@@ -54,16 +48,11 @@ import httpx
 import openai
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1.agent import agent_config_fields
 from verifiers.v1.dialects.chat import ChatDialect, message_to_wire
 from verifiers.v1.interception.server import RETRY_COUNT_HEADER
 
-from verifiers_stepwise.envs.compat import (
-    agent_config_fields,
-    bound_tool_message,
-    call_mcp,
-    connect_mcp,
-    require_mcp_tools,
-)
+from verifiers_stepwise.envs.compat import bound_tool_message, call_mcp, connect_mcp, require_mcp_tools
 from verifiers_stepwise.errors import ConfigError
 
 __all__ = [
@@ -93,11 +82,9 @@ that names none and whose taskset brings none."""
 def refuse_a_uv_harness_without_uv(environment: Any, where: str) -> None:
     """Raise ConfigError when an agent of ``environment`` (a resolved verifiers ``EnvConfig``)
     runs one of ``UV_HARNESSES`` on the local ``subprocess`` runtime and no ``uv`` is on ``PATH``
-    (or in ``~/.local/bin``, where verifiers installs it): verifiers would then fetch uv (pip,
-    else curl) at the first episode, inside the env server, and offline every episode would
-    fail there, errored rollouts instead of a stopped run. A container runtime brings its own
-    uv and is not checked. With uv present the first episode still needs the package index
-    (or a warm uv cache) for the program's dependencies; that is not checked."""
+    or in ``~/.local/bin``: verifiers would fetch uv at the first episode, and offline every
+    episode would fail (errored rollouts instead of a stopped run). A container runtime brings
+    its own uv. That the package index (or a warm uv cache) is reachable is not checked."""
     from verifiers.v1.utils.loaders import default_harness_id
 
     if shutil.which("uv") or shutil.which("uv", path=str(Path.home() / ".local" / "bin")):
@@ -123,19 +110,19 @@ class StepwiseChatConfig(vf.HarnessConfig):
     """Drop earlier turns' reasoning from the context of later turns (Kevin's recipe)."""
     max_retries: int = Field(2, ge=0)
     """Retries of a model call answered with 408 or 5xx, broken after its answer began, or
-    failed in transport: the OpenAI SDK's ``max_retries``, shared with the harness's own retries
-    of a stream (module docstring). A 429 (rate limit) is retried until the call's deadline
-    instead, after its ``Retry-After`` when given, else after ``retry_backoff``."""
+    failed in transport: the OpenAI SDK's ``max_retries`` (its back-off, 0.5 s doubling to 8 s,
+    jittered), shared with the harness's own retries of a stream. A 429 (rate limit) is retried
+    until the call's deadline instead, after its ``Retry-After`` when given, else after
+    ``retry_backoff``."""
     retry_backoff: float = Field(0.5, ge=0)
     """Seconds before the harness's own first retry (of a 429, or of a failed stream); doubled
-    for each further one, at most 8 s (429s and streams keep separate counts). The SDK's retries
-    wait its own back-off."""
+    for each further one, at most 8 s (429s and streams keep separate counts)."""
     request_timeout: float | None = Field(None, gt=0)
     """Seconds the SDK waits for each read of a model call (None: no read timeout). The
-    interception server's keepalives reset it, so it cannot end a call: ``call_timeout`` does."""
+    interception keeps a slow stream alive with a keepalive every 3 s, so this cannot end a
+    call: ``call_timeout`` does."""
     call_timeout: float | None = Field(600.0, gt=0)
-    """Seconds one model call may take in total: every attempt and every wait between them,
-    whatever keepalives arrive meanwhile (None: unbounded). Past it the call is the turn's error."""
+    """Seconds one model call may take in total, every attempt and wait included (None: unbounded)."""
     episode_timeout: float | None = Field(None, gt=0)
     """Seconds from the rollout's start after which no model call may still run (None: unbounded)."""
 
@@ -243,8 +230,18 @@ class ChatSession(vf.HarnessSession):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stack = AsyncExitStack()
-        self._openai: openai.AsyncOpenAI | None = None
-        self._tools: list[dict] = []
+        self._client = openai.AsyncOpenAI(
+            base_url=self.endpoint,
+            api_key=self.secret,
+            max_retries=self.config.max_retries,
+            timeout=httpx.Timeout(self.config.request_timeout, connect=5.0),
+            http_client=openai.DefaultAsyncHttpxClient(
+                verify=_ssl_context(), event_hooks={"response": [_final_for_the_sdk]}
+            ),
+        )
+        self._stack.push_async_callback(self._client.close)
+        self._tools: list[dict] | None = None
+        """The MCP servers' tools, listed by the first ``_run``."""
         self._dispatch: dict[str, tuple[str, str]] = {}
         self._servers: dict = {}
 
@@ -252,16 +249,9 @@ class ChatSession(vf.HarnessSession):
     def config(self) -> StepwiseChatConfig:
         return self.harness.config
 
-    @property
-    def _client(self) -> openai.AsyncOpenAI:
-        """The interception endpoint's client, opened by the first ``_run``."""
-        if self._openai is None:
-            raise RuntimeError("the chat session's client is used before the session is open")
-        return self._openai
-
     async def _run(self, messages: vf.Messages | None) -> vf.ProgramResult:
-        if self._openai is None:
-            await self._open()
+        if self._tools is None:
+            await self._connect_tools()
         conversation = self._conversation(messages)
         while True:
             reply = (await self._complete(conversation)).message
@@ -275,31 +265,22 @@ class ChatSession(vf.HarnessSession):
         await self._stack.aclose()
         await super().close()
 
-    async def _open(self) -> None:
-        self._openai = await self._stack.enter_async_context(
-            openai.AsyncOpenAI(
-                base_url=self.endpoint,
-                api_key=self.secret,
-                max_retries=self.config.max_retries,
-                timeout=httpx.Timeout(self.config.request_timeout, connect=5.0),
-                http_client=openai.DefaultAsyncHttpxClient(
-                    verify=_ssl_context(), event_hooks={"response": [_final_for_the_sdk]}
-                ),
-            )
+    async def _connect_tools(self) -> None:
+        self._tools = []
+        if not self.mcp_urls:
+            return
+        require_mcp_tools(self.mcp_urls)
+        headers = self.config.resolve_mcp_headers(self.mcp_urls)
+        servers = {
+            name: {"url": url, "timeout": self.config.tool_timeout, "headers": headers.get(name)}
+            for name, url in self.mcp_urls.items()
+        }
+        tools, dispatch, self._servers = await asyncio.wait_for(
+            connect_mcp({"mcpServers": servers}, self._stack), self.config.tool_timeout
         )
-        if self.mcp_urls:
-            require_mcp_tools(self.mcp_urls)
-            headers = self.config.resolve_mcp_headers(self.mcp_urls)
-            servers = {
-                name: {"url": url, "timeout": self.config.tool_timeout, "headers": headers.get(name)}
-                for name, url in self.mcp_urls.items()
-            }
-            tools, dispatch, self._servers = await asyncio.wait_for(
-                connect_mcp({"mcpServers": servers}, self._stack), self.config.tool_timeout
-            )
-            disabled = set(self.config.disabled_tools or ())
-            self._tools = [tool for tool in tools if tool["function"]["name"] not in disabled]
-            self._dispatch = {name: target for name, target in dispatch.items() if name not in disabled}
+        disabled = set(self.config.disabled_tools or ())
+        self._tools = [tool for tool in tools if tool["function"]["name"] not in disabled]
+        self._dispatch = {name: target for name, target in dispatch.items() if name not in disabled}
 
     def _conversation(self, messages: vf.Messages | None) -> list[dict]:
         """The request's messages: the task's prompt for the first segment, else the trace's
@@ -322,9 +303,7 @@ class ChatSession(vf.HarnessSession):
         return [message_to_wire(m) for m in context]
 
     async def _complete(self, conversation: list[dict]) -> vf.Response:
-        """One model call, retries included, within its deadline (``_deadline``). The SDK's
-        timeout bounds each read of one attempt, and the interception's keepalives keep every
-        read short, so the call's own deadline is this ``asyncio.timeout``."""
+        """One model call, retries included, within its deadline (``_deadline``)."""
         body: dict[str, Any] = {"model": self.ctx.model, "messages": conversation}
         if self._tools:
             body["tools"] = self._tools
@@ -364,13 +343,11 @@ class ChatSession(vf.HarnessSession):
                 answer = await self._client.with_options(
                     max_retries=self.config.max_retries - retries
                 ).chat.completions.with_raw_response.create(**body, extra_headers=headers)
-                retries += answer.retries_taken
                 return _DIALECT.parse_response(_DIALECT.validate_response(json.loads(answer.text)))
             except openai.RateLimitError as error:
-                # The SDK would count a 429 against max_retries and sleep a Retry-After of up to two
-                # minutes whatever the deadline (it is told not to retry one: _final_for_the_sdk).
-                # verifiers 0.4.0's interception drops the upstream's Retry-After, so through
-                # vf-eval the back-off is what waits.
+                # The SDK is told not to retry a 429 (_final_for_the_sdk), which it would count
+                # against max_retries. verifiers 0.4.0's interception drops the upstream's
+                # Retry-After, so through vf-eval the back-off is what waits.
                 wait = self._backoff(limited) if (after := _retry_after(error.response)) is None else after
                 if time.time() + wait >= deadline:
                     message = f"{_message(error)} (rate limited: waiting {wait:g} s would pass the deadline)"
@@ -421,16 +398,14 @@ class ChatSession(vf.HarnessSession):
     async def _tool_result(self, call: vf.ToolCall) -> dict:
         """The tool message answering ``call``: the gate's verdict when it denies the call, else
         the MCP server's result (or an error text the model can act on)."""
+        problem = None
         try:
             arguments: Any = json.loads(call.arguments or "{}")
-            problem = (
-                None
-                if isinstance(arguments, dict)
-                else (f"error: tool arguments must be a JSON object, got {type(arguments).__name__}")
-            )
         except json.JSONDecodeError as error:
             arguments = call.arguments
             problem = f"error: invalid JSON in tool arguments ({error}); resend the call with valid JSON"
+        if problem is None and not isinstance(arguments, dict):
+            problem = f"error: tool arguments must be a JSON object, got {type(arguments).__name__}"
         if self.tool_interception_url:
             verdict = await self._gate(call, arguments)
             if verdict["action"] == "deny":

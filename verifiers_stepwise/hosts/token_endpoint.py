@@ -13,14 +13,12 @@ vLLM's endpoint at the server root (both checked in their 0.4.0 / 0.1.12 sources
                      "logprobs": {"content": [{"token": "token_id:<id>", "logprob": float}]}}]}
 
 and reads ``GET /v1/models`` once per (base_url, model) for the card's ``max_model_len`` (the
-card served here has none: the client's pre-flight length check is off). This module is that protocol: ``parse_request``
-(a malformed request answers HTTP 400 naming the field), the response, the errors, and
-``generate_routes`` answering through an injected ``generate``. A ``generate`` that raises, or
-returns None, answers ``failure_status`` with the reason, which verifiers records as a model
-error on the trace. Served in the caller's event loop with ``loopback.serve`` (torchtitan's
-async generator, ``hosts.torchtitan.verifiers``: HTTP 503 on failure), or from a thread of its
-own with the waiting requests batched for a local model (TRL's
-``hosts.trl.inference.endpoint.BatchingTokenEndpoint``: HTTP 500).
+card served here has none: the client's pre-flight length check is off). ``generate_routes``
+serves that protocol through an injected ``generate``; a malformed request answers HTTP 400
+naming the field, and a ``generate`` that raises or returns None answers ``failure_status``,
+which verifiers records as a model error on the trace. Served by torchtitan's async generator
+(``hosts.torchtitan.verifiers``, 503) and TRL's batching endpoint
+(``hosts.trl.inference.endpoint``, 500).
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ class GenerateRequest:
     seed: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     """``sampling_params`` as sent: only the fields the client set (verifiers drops unset ones)."""
-    model: str = ""
     session_id: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -96,7 +93,6 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
         prompt_ids=ids,
         **_sampling(params),
         sampling=params,
-        model=str(body.get("model", "")),
         session_id=headers.get(SESSION_HEADER),
         headers=headers,
     )
