@@ -11,9 +11,8 @@ from typing import Any
 
 from verifiers_stepwise.extras import requires
 
-__all__ = ["SPECIAL_TOKENS", "tiny_model", "tiny_tokenizer"]
+__all__ = ["tiny_model", "tiny_tokenizer"]
 
-SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
 _CORPUS = [
     "Compute 17 * 23. End your reply with the number.",
     "Your answer scored 0.50; 1.00 counts as solved. Check your work and give an improved answer.",
@@ -21,7 +20,7 @@ _CORPUS = [
 ]
 
 
-def tiny_tokenizer(vocab_size: int = 320) -> Any:
+def tiny_tokenizer() -> Any:
     with requires("verifiers_stepwise.testing.tiny_lm", "tokenizers", "transformers", extra="trl"):
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
         from transformers import PreTrainedTokenizerFast
@@ -30,8 +29,8 @@ def tiny_tokenizer(vocab_size: int = 320) -> Any:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        vocab_size=320,
+        special_tokens=["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -45,13 +44,13 @@ def tiny_tokenizer(vocab_size: int = 320) -> Any:
     )
 
 
-def tiny_model(tokenizer: Any, seed: int = 0, **config: Any) -> Any:
+def tiny_model(tokenizer: Any, **config: Any) -> Any:
     """A 2-layer Llama for ``tokenizer``; ``config`` overrides ``LlamaConfig`` fields (``attention_bias=True``)."""
     with requires("verifiers_stepwise.testing.tiny_lm", "torch", "transformers", extra="trl"):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     llama = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
