@@ -121,19 +121,19 @@ Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 
 class PerRollout:
-    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a run
-    (:attr:`ChatCall.run`) to reach the server follows ``plans[k % len(plans)]``. Calls in one
-    run (``run_groups`` in a test, twice, against ``server.base_url``) share its count; a fresh
-    ``PerRollout`` counts from 0."""
+    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a prompt in
+    a run (:attr:`ChatCall.run`) to reach the server follows ``plans[k % len(plans)]``. Calls in
+    one run (``run_groups`` in a test, twice, against ``server.base_url``) share its count; a
+    fresh ``PerRollout`` counts from 0."""
 
     def __init__(self, *plans: Plan) -> None:
         self.plans = [list(plan) for plan in plans]
-        self._sessions: dict[str | None, dict[str | None, int]] = {}
+        self._sessions: dict[tuple[str | None, str], dict[str | None, int]] = {}
         self._lock = threading.Lock()
 
     def plan(self, call: ChatCall) -> list:
         with self._lock:
-            sessions = self._sessions.setdefault(call.run, {})
+            sessions = self._sessions.setdefault((call.run, call.prompt), {})
             k = sessions.setdefault(call.session, len(sessions))
         return self.plans[k % len(self.plans)]
 
@@ -434,20 +434,6 @@ def spawned(reply: str) -> Iterator[str]:
             raise RuntimeError(f"the model server process exited {process.returncode}")
 
 
-def _per_rollout(replies: Sequence[str]) -> Script:
-    """Rollout k of each prompt (the k-th ``X-Session-ID`` of a run to arrive with that first user
-    message) gets ``replies[k % len(replies)]`` on every call."""
-    plans: dict[str, PerRollout] = {}
-    lock = threading.Lock()
-
-    def script(call: ChatCall) -> str:
-        with lock:
-            plan = plans.setdefault(call.prompt, PerRollout(*([reply] for reply in replies)))
-        return plan.plan(call)[0]
-
-    return script
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m verifiers_stepwise.testing.server",
@@ -471,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.until_stdin_closes:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-    server = ModelServer(_per_rollout(args.reply or ["ok"]), port=args.port)
+    server = ModelServer(scripted({"": PerRollout(*([reply] for reply in args.reply or ["ok"]))}), port=args.port)
     try:
         server.start()
     except RuntimeError as error:  # e.g. the port is taken
