@@ -2,7 +2,8 @@
 
 Fast tests drive real episodes of ``stepwise-refine`` through verifiers' train client against
 the token endpoint with a scripted generator; the slow ones train a tiny random Llama built
-offline (``verifiers_stepwise.testing.tiny_lm``) with TRL's real ``GRPOTrainer`` loop.
+offline (``tiny_model``, over the ``tokenizer`` fixture's byte-level BPE) with TRL's real
+``GRPOTrainer`` loop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import urllib.request
 import pytest
 import torch
 import verifiers.v1 as vf
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
 from verifiers_stepwise.errors import HostMismatch
@@ -29,7 +32,6 @@ from verifiers_stepwise.hosts.trl.inference.sampling import ModelSampler
 from verifiers_stepwise.hosts.trl.rollout import score_groups
 from verifiers_stepwise.hosts.trl.trainer import StepwiseGRPOTrainer, _group_tasks
 from verifiers_stepwise.testing.episodes import run_groups
-from verifiers_stepwise.testing.tiny_lm import tiny_model, tiny_tokenizer
 from verifiers_stepwise.traces.credit import score_group
 from verifiers_stepwise.traces.turns import read_turns
 
@@ -76,7 +78,50 @@ def _offline(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return tiny_tokenizer()
+    """A byte-level BPE (any text encodes, every id decodes) trained on a few lines, with Gemma's
+    turn tokens as special tokens so ``TurnFormatRenderer`` accepts it."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [
+        "Compute 17 * 23. End your reply with the number.",
+        "Your answer scored 0.50; 1.00 counts as solved. Check your work and give an improved answer.",
+        "user\nmodel\n The answer is 391. 0123456789 + - * / = ( )",
+    ]
+    core.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        additional_special_tokens=["<start_of_turn>", "<end_of_turn>"],
+    )
+
+
+def tiny_model(tokenizer, **config):
+    """A randomly initialized 2-layer Llama for ``tokenizer``; ``config`` overrides ``LlamaConfig``
+    fields (``attention_bias=True``)."""
+    torch.manual_seed(0)
+    llama = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **config,
+    )
+    return LlamaForCausalLM(llama)
 
 
 @pytest.fixture(scope="module")

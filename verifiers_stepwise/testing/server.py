@@ -3,53 +3,22 @@
     with ModelServer(scripted({"What is 2+2?": ["5", "4"]})) as server:
         ...  # point a client at server.base_url ("http://127.0.0.1:<port>/v1")
 
-It serves ``POST /v1/chat/completions`` streaming (SSE chunks, a usage chunk when
-``stream_options.include_usage`` is set, then ``data: [DONE]``) and not, and ``GET /v1/models``,
-on an OS-assigned loopback port, from its own thread and event loop. Every request is recorded
-on ``server.requests``.
+It serves ``POST /v1/chat/completions`` (streaming and not) and ``GET /v1/models`` on an
+OS-assigned loopback port, from its own thread and event loop, and records every request on
+``server.requests``. A script maps each request (:class:`ChatCall`) to a :class:`Reply`: text,
+reasoning, tool calls or one of the faults in ``FAULTS``; a fault with ``times=n`` fires on the
+first n requests of its call in one run, then the call is answered normally. ``max_tokens`` cuts
+the reply to that many words (one word is one token) with ``finish_reason="length"``; usage
+counts words (``usage=False`` sends none).
 
-Replies come from a script: a function from the request (:class:`ChatCall`) to a
-:class:`Reply`. :func:`scripted` builds one that answers per conversation — the conversation is
-recognised by its first user message, and its k-th model call (k = assistant messages already
-in the request) gets the k-th scripted reply. :class:`PerRollout` gives the rollouts of one
-prompt different plans, told apart by the ``X-Session-ID`` header verifiers sends per rollout.
-A rollout's number k counts the rollouts of its prompt in the same run, which the base URL its
-client was given names: ``server.run_url("a")`` (``http://127.0.0.1:<port>/run/a/v1``) is run
-``a``, ``server.base_url`` (``/v1``) the unnamed run. So a run is numbered from 0 on a fresh
-server, or on one left running when it has a name of its own, and gets the same replies each
-time (verifiers 0.4.0 sends no rollout index and no run id: the session is a fresh uuid per
-rollout, and the rollouts of a task send the same messages).
-A reply is text, reasoning, tool calls, or one of the faults (``FAULTS``): ``http_500``,
-``http_400`` (a request error, not worth retrying), ``http_429`` (rate limited, with
-``Retry-After: retry_after``), ``timeout`` (no answer until the server stops or
-``hang_seconds`` pass), ``no_done`` (a stream that sends every chunk, then only SSE keepalive
-comments, never ``data: [DONE]``, until ``hang_seconds`` pass), ``stream_error`` (what
-llama.cpp does when a request exceeds its context: a streamed request gets HTTP 200 and one
-``data: {"error": {...}}`` event, code 400, then the stream ends; a non-streamed one gets the
-same error as an HTTP 400), ``malformed_json`` (a body or SSE event that is not JSON),
-``empty`` (HTTP 200 with no body at all). A fault with ``times=n`` fires on the first n
-requests of its call in one run and then the call is answered normally, which is how retries
-are exercised.
+A run is named by its base URL: ``server.run_url("a")`` (``/run/a/v1``) is run ``a``,
+``server.base_url`` (``/v1``) the unnamed one. verifiers 0.4.0 sends no rollout index and no run
+id, only the same messages for every rollout of a task and a fresh ``X-Session-ID`` per rollout,
+so :class:`PerRollout` numbers a run's sessions in order of arrival.
 
-``max_tokens`` is honoured like a provider does: the reply is cut to that many words (one word
-is one token here) with ``finish_reason="length"``. Usage counts words: prompt tokens over
-every message, completion tokens over the reply; ``usage=False`` sends none, streamed or not.
-
-As a command (a local endpoint for ``vf-eval``; the benchmarks run it so too, so the server
-does not share their interpreter)::
-
-    python -m verifiers_stepwise.testing.server --port 8000 --reply 40 --reply 42
-
-prints its base URL (``http://127.0.0.1:8000/v1``) on the first line of stdout and serves until
-SIGINT (Ctrl-C) or SIGTERM, then shuts down and exits 0; it never reads stdin, so it runs under
-``nohup`` or with stdin closed. ``--port 0`` (the default) takes a free port from the OS. With
-several ``--reply``, rollout k of each prompt (the k-th ``X-Session-ID`` to arrive with that first
-user message in one run) gets the k-th reply, cycling, on every call, so the rollouts of a task
-differ; runs against one server are told apart by their base URLs
-(``--client.base-url http://127.0.0.1:8000/run/<name>/v1``).
-``--until-stdin-closes`` serves until its stdin reaches end of file instead:
-``with spawned("42") as base_url:`` runs it so from Python, and the process ends with the block
-even if the caller dies.
+As a command, ``python -m verifiers_stepwise.testing.server --port 8000 --reply 40 --reply 42``
+prints its base URL on the first line of stdout and serves until SIGINT or SIGTERM (docs/writing-envs.md,
+"The local test model server"); ``spawned("42")`` runs it from Python until the block ends.
 """
 
 from __future__ import annotations
@@ -84,6 +53,8 @@ __all__ = [
 ]
 
 Fault = Literal["http_500", "http_400", "http_429", "timeout", "no_done", "stream_error", "malformed_json", "empty"]
+MODEL = "scripted-model"
+"""The model ``GET /v1/models`` lists, and a completion names when its request names none."""
 CONTEXT_ERROR = "request (4476 tokens) exceeds the available context size (4096 tokens)"
 """The message of the ``stream_error`` fault (llama.cpp's wording)."""
 
@@ -150,19 +121,19 @@ Plan = Sequence["Reply | str | Callable[[ChatCall], Reply | str]"]
 
 
 class PerRollout:
-    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a run
-    (:attr:`ChatCall.run`) to reach the server follows ``plans[k % len(plans)]``. Calls in one
-    run (``run_groups`` in a test, twice, against ``server.base_url``) share its count; a fresh
-    ``PerRollout`` counts from 0."""
+    """Different plans for the rollouts of one prompt: the k-th rollout (session) of a prompt in
+    a run (:attr:`ChatCall.run`) to reach the server follows ``plans[k % len(plans)]``. Calls in
+    one run (``run_groups`` in a test, twice, against ``server.base_url``) share its count; a
+    fresh ``PerRollout`` counts from 0."""
 
     def __init__(self, *plans: Plan) -> None:
         self.plans = [list(plan) for plan in plans]
-        self._sessions: dict[str | None, dict[str | None, int]] = {}
+        self._sessions: dict[tuple[str | None, str], dict[str | None, int]] = {}
         self._lock = threading.Lock()
 
     def plan(self, call: ChatCall) -> list:
         with self._lock:
-            sessions = self._sessions.setdefault(call.run, {})
+            sessions = self._sessions.setdefault((call.run, call.prompt), {})
             k = sessions.setdefault(call.session, len(sessions))
         return self.plans[k % len(self.plans)]
 
@@ -208,14 +179,12 @@ class ModelServer(ThreadedServer):
         self,
         script: Script | None = None,
         *,
-        model: str = "scripted-model",
         hang_seconds: float = 60.0,
         port: int = 0,
         retry_after: float = 1.0,
         usage: bool = True,
     ) -> None:
         self.script = script or (lambda call: "ok")
-        self.model = model
         self.hang_seconds = hang_seconds
         self.retry_after = retry_after
         self.usage = usage
@@ -257,7 +226,7 @@ class ModelServer(ThreadedServer):
 
     async def _models(self, request: web.Request) -> web.Response:
         self._record(request, None)
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -345,7 +314,7 @@ class ModelServer(ThreadedServer):
             "id": f"chatcmpl-{call.index}-{time.monotonic_ns()}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body.get("model") or self.model,
+            "model": body.get("model") or MODEL,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
@@ -399,32 +368,36 @@ def _sse_or_json(call: ChatCall, streamed: bytes, plain: bytes, plain_status: in
 
 
 async def _timeout(server: ModelServer, *_: object) -> web.Response:
-    """No answer until the server stops or ``hang_seconds`` pass."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(server._closing.wait(), server.hang_seconds)
     return _error(504, "scripted fault: answered after the hang")
 
 
 _CONTEXT_ERROR = json.dumps({"error": {"code": 400, "message": CONTEXT_ERROR, "type": "exceed_context_size_error"}})
-_TOO_LONG = "scripted fault: the request exceeds the maximum context length"
 _MALFORMED = b'{"id": "x", "choices": ['
 FaultAnswer = Callable[
     [ModelServer, web.Request, ChatCall, Reply], "web.StreamResponse | Awaitable[web.StreamResponse]"
 ]
 FAULTS: dict[Fault, FaultAnswer] = {
     "http_500": lambda server, *_: _error(500, "scripted fault: internal server error"),
-    "http_400": lambda server, *_: _error(400, _TOO_LONG),
+    # A request error, not worth retrying.
+    "http_400": lambda server, *_: _error(400, "scripted fault: the request exceeds the maximum context length"),
     "http_429": lambda server, *_: _error(
         429, "scripted fault: rate limited", {"Retry-After": f"{server.retry_after:g}"}
     ),
+    # No answer until the server stops or ``hang_seconds`` pass.
     "timeout": _timeout,
+    # Every chunk, then only SSE keepalive comments, never ``data: [DONE]``, for ``hang_seconds``.
     "no_done": lambda server, request, call, reply: server._answer(request, call, reply, done=False),
+    # What llama.cpp does past its context: HTTP 200 and one error event to a streamed request, else HTTP 400.
     "stream_error": lambda server, request, call, reply: _sse_or_json(
         call, f"data: {_CONTEXT_ERROR}\n\n".encode(), _CONTEXT_ERROR.encode(), 400
     ),
+    # A body or SSE event that is not JSON.
     "malformed_json": lambda server, request, call, reply: _sse_or_json(
         call, b"data: " + _MALFORMED + b"\n\ndata: [DONE]\n\n", _MALFORMED
     ),
+    # HTTP 200 with no body at all.
     "empty": lambda server, request, call, reply: _sse_or_json(call, b"", b""),
 }
 """How each fault is answered (``Reply.fault``)."""
@@ -461,20 +434,6 @@ def spawned(reply: str) -> Iterator[str]:
             raise RuntimeError(f"the model server process exited {process.returncode}")
 
 
-def _per_rollout(replies: Sequence[str]) -> Script:
-    """Rollout k of each prompt (the k-th ``X-Session-ID`` of a run to arrive with that first user
-    message) gets ``replies[k % len(replies)]`` on every call."""
-    plans: dict[str, PerRollout] = {}
-    lock = threading.Lock()
-
-    def script(call: ChatCall) -> str:
-        with lock:
-            plan = plans.setdefault(call.prompt, PerRollout(*([reply] for reply in replies)))
-        return plan.plan(call)[0]
-
-    return script
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m verifiers_stepwise.testing.server",
@@ -498,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.until_stdin_closes:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-    server = ModelServer(_per_rollout(args.reply or ["ok"]), port=args.port)
+    server = ModelServer(scripted({"": PerRollout(*([reply] for reply in args.reply or ["ok"]))}), port=args.port)
     try:
         server.start()
     except RuntimeError as error:  # e.g. the port is taken

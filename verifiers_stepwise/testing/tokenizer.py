@@ -36,9 +36,9 @@ def qwen3_byte_tokenizer(path: str | Path) -> str:
     with requires("verifiers_stepwise.testing.tokenizer", "tokenizers", "transformers", extra="torchtitan"):
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet, key=_byte_of))}
+    vocab = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -48,16 +48,6 @@ def qwen3_byte_tokenizer(path: str | Path) -> str:
         pad_token="<|endoftext|>",
         additional_special_tokens=list(QWEN3_SPECIAL_TOKENS),
     )
-    fast.add_special_tokens({"additional_special_tokens": list(QWEN3_SPECIAL_TOKENS)})
     Path(path).mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(path))
     return str(path)
-
-
-def _byte_of(symbol: str) -> int:
-    """The byte GPT-2's byte-to-unicode map sends to ``symbol``."""
-    code = ord(symbol)
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    if code in printable:
-        return code
-    return sorted(set(range(256)) - set(printable))[code - 256]

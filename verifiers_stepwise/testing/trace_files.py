@@ -1,12 +1,10 @@
 """Verifiers v1 episodes with per-turn rewards, and ``traces.jsonl`` files of them.
 
-For tests, benchmarks and demos of ``vf-stepwise``: each trace is grown turn by turn with
-:class:`~verifiers_stepwise.testing.traces.TraceBuilder` (verifiers' own turn-commit path, with
-or without token ids, i.e. as a train or an eval client records it), each turn recorded with
-:func:`~verifiers_stepwise.traces.turns.append_turn`, and files are written with
-``Episode.to_record()``, one JSON object a line, so they read back with
-``vf.WireEpisode.model_validate_json`` like the files ``vf-eval`` writes. Checked against
-verifiers 0.4.0.
+For tests, benchmarks and demos of ``vf-stepwise``: each trace is grown with
+:class:`~verifiers_stepwise.testing.traces.TraceBuilder` (with or without token ids, as a train
+or an eval client records it), each turn recorded with
+:func:`~verifiers_stepwise.traces.turns.append_turn`; a file holds one ``Episode.to_record()`` a
+line, as ``vf-eval`` writes them. Checked against verifiers 0.4.0.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ def make_episode(
     task: int = 0,
     group: str | None = None,
     run: str | None = None,
-    env: str = "stepwise-demo",
     agent: str = "agent",
     trainable: bool = True,
     tokens: bool = False,
@@ -84,7 +81,7 @@ def make_episode(
     if not ok:
         trace.errors.append(vf.Error(type="ProviderError", message="upstream returned HTTP 500"))
     return vf.Episode(
-        env=vf.EnvInfo(id=env),
+        env=vf.EnvInfo(id="stepwise-demo"),
         task=trace.task,
         group=vf.GroupInfo(id=group) if group is not None else None,
         run=vf.EvalRunInfo(id=run) if run is not None else None,
@@ -102,10 +99,6 @@ def write_episodes(path: Path | str, episodes: Iterable[Any]) -> Path:
     return path
 
 
-# Stand-ins substituted per line in a record serialised once per turn count.
-_SLOTS = {"episode": "@EPISODE@", "trace": "@TRACE@", "key": "@KEY@", "rewards": "@REWARDS@"}
-
-
 def write_large_traces(
     path: Path | str,
     *,
@@ -113,36 +106,25 @@ def write_large_traces(
     rollouts: int = 8,
     max_turns: int = 6,
     tokens: bool = False,
-    tokens_per_call: int = 300,
-    reply_chars: int = 1500,
     interleave: int = 64,
-    seed: int = 0,
 ) -> dict[str, int]:
     """Write a traces file of about ``target_bytes``, fast enough for gigabytes.
 
-    One real episode per turn count 1..``max_turns`` is built with :func:`make_episode` and
-    serialised once; each line then substitutes its own episode id, trace id, task key and
-    turn rewards into that record. Every task gets ``rollouts`` episodes (the last block may be
-    cut short by the size), and each block of ``interleave`` tasks is interleaved line by line (as
-    concurrent rollouts finish), so a group's episodes are spread over the file. Rewards are
-    random multiples of 0.25 that tend to rise with the turn.
+    One real episode per turn count 1..``max_turns`` is built with :func:`make_episode` (300
+    tokens a call, 1500-character replies) and turned into a record once; each line then writes
+    that record with its own episode id, trace id, task key and turn rewards. Every task gets
+    ``rollouts`` episodes (the last block may be cut short by the size), and each block of
+    ``interleave`` tasks is interleaved line by line (as concurrent rollouts finish), so a
+    group's episodes are spread over the file. Rewards are random multiples of 0.25 that tend
+    to rise with the turn.
 
     Returns ``{"episodes": n, "bytes": size, "turns": total turns}``.
     """
-    rng = random.Random(seed)
-    templates = []
-    for n_turns in range(1, max_turns + 1):
-        record = make_episode(
-            [0.0] * n_turns, tokens=tokens, tokens_per_call=tokens_per_call, reply_chars=reply_chars
-        ).to_record()
-        record["id"] = _SLOTS["episode"]
-        trace = record["traces"][0]
-        trace["id"] = _SLOTS["trace"]
-        trace["info"]["turn_rewards"] = _SLOTS["rewards"]
-        for task in (record["task"], trace["task"]):
-            task["key"] = task["hash"] = _SLOTS["key"]
-        templates.append(json.dumps(record).replace(f'"{_SLOTS["rewards"]}"', _SLOTS["rewards"]))
-
+    rng = random.Random(0)
+    records = [
+        make_episode([0.0] * n_turns, tokens=tokens, tokens_per_call=300, reply_chars=1500).to_record()
+        for n_turns in range(1, max_turns + 1)
+    ]
     written = episodes = turns = 0
     with Path(path).open("w", encoding="utf-8") as f:
         while written < target_bytes:
@@ -150,15 +132,15 @@ def write_large_traces(
             task = interleave * block + position % interleave
             n_turns = rng.randint(1, max_turns)
             skill = rng.random()
-            rewards = [min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4) for t in range(n_turns)]
-            line = (
-                templates[n_turns - 1]
-                .replace(_SLOTS["episode"], f"ep{episodes:010d}")
-                .replace(_SLOTS["trace"], f"tr{episodes:010d}")
-                .replace(_SLOTS["key"], f"task-{task:08d}")
-                .replace(_SLOTS["rewards"], json.dumps(rewards))
-                + "\n"
-            )
+            record = records[n_turns - 1]
+            trace = record["traces"][0]
+            record["id"], trace["id"] = f"ep{episodes:010d}", f"tr{episodes:010d}"
+            trace["info"]["turn_rewards"] = [
+                min(1.0, round(4 * skill * rng.random() + t / max_turns) / 4) for t in range(n_turns)
+            ]
+            for task_info in (record["task"], trace["task"]):
+                task_info["key"] = task_info["hash"] = f"task-{task:08d}"
+            line = json.dumps(record) + "\n"
             f.write(line)
             written += len(line)
             episodes += 1

@@ -1,15 +1,11 @@
 """Token-bearing verifiers v1 traces built through verifiers' own commit path.
 
-The train client tokenizes every prompt and records sampled completion ids and logprobs; the
-interception server commits each turn with ``graph.prepare_turn(trace, messages).commit(
-vf.Response(tokens=vf.TurnTokens(...)))``. :class:`TraceBuilder` does the same with a toy
-renderer, so tests see real node layouts (prompt scaffold + sampled span on assistant nodes,
-message tokens on user/tool nodes, new branches where the context was rewritten) without a
-model or a tokenizer.
-
-The toy renderer reuses the token ids of the graph prefix the context still matches (as a
-train client bridges onto its previous turn), gives every new message one fresh id per word
-(at least one), and ends the prompt with one generation-prompt id.
+:class:`TraceBuilder` commits each model call as verifiers' interception server does
+(``graph.prepare_turn(trace, messages).commit(vf.Response(tokens=vf.TurnTokens(...)))``), with a
+toy renderer instead of a model and a tokenizer: it reuses the token ids of the graph prefix the
+context still matches (as a train client bridges onto its previous turn), gives every new message
+one fresh id per word (at least one) and ends the prompt with one generation-prompt id. So tests
+see real node layouts, new branches where the context was rewritten included.
 """
 
 from __future__ import annotations
@@ -62,7 +58,6 @@ class TraceBuilder:
         reasoning: str | None = None,
         tool_calls: Sequence[vf.ToolCall] | None = None,
         n_tokens: int = 3,
-        logprob: float = -0.5,
     ) -> int:
         """Commit one model call on the current context; returns the new assistant node's index.
 
@@ -94,7 +89,7 @@ class TraceBuilder:
             tokens=vf.TurnTokens(
                 prompt_ids=prompt_ids,
                 completion_ids=completion,
-                completion_logprobs=[logprob] * n_tokens,
+                completion_logprobs=[-0.5] * n_tokens,
                 message_spans=spans,
             )
             if self.tokens

@@ -36,7 +36,6 @@ def run_vf_eval(
     base_url: str,
     *,
     output_dir: Path,
-    model: str = "local-model",
     env: Mapping[str, str] | None = None,
     timeout: float = 300.0,
 ) -> VfEvalRun:
@@ -45,7 +44,7 @@ def run_vf_eval(
         str(Path(sys.executable).with_name("vf-eval")),
         *args,
         "-m",
-        model,
+        "local-model",
         "--client.base-url",
         base_url,
         "--client.api-key-var",
