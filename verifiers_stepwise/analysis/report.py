@@ -1,19 +1,5 @@
 """Results of ``vf-stepwise advantages``: the report (a ``Report``, printed as rich tables or as
-JSON) and the per-turn JSONL file.
-
-JSONL: one object per turn of every scored trajectory, groups in first-seen order, each
-group's trajectories in read order:
-
-    file, line          where the episode is (line numbers from 1)
-    episode, trace      the episode's and the trace's ids
-    agent, group        the trace's agent name; the group index (0-based, first seen first)
-    group_by, group_id  the field the group was formed by and its value (see tracefile)
-    turn, turns         turn index t (0-based) and the trajectory's number of turns T
-    reward, tokens      r_t and the turn's sampled tokens (0 without token ids)
-    return, advantage   R_t and A_t of the main estimator config (return null for an estimator
-                        not built on per-turn returns)
-    compare_return, compare_advantage   the same for ``--compare``, when given
-"""
+JSON) and the per-turn JSONL file (its fields: docs/vf-stepwise.md, "Per-turn JSONL")."""
 
 from __future__ import annotations
 
