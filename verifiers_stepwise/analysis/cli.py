@@ -298,8 +298,7 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator | None, tuple[str, 
 
 
 def _collect(paths: list[Path], args: argparse.Namespace) -> Any:
-    """The traces' turns, with a progress bar when asked; bad input, or nothing to score, is one
-    ConfigError."""
+    """The traces' turns, with a progress bar when asked; bad input, or nothing to score, is one ConfigError."""
     from verifiers_stepwise.analysis.tracefile import BadInput, collect
 
     read = functools.partial(collect, paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
@@ -327,8 +326,7 @@ def _kind_estimator(kinds: Any) -> Estimator:
 
 def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
     """For ``--plot``: ``analysis.plot.plot_credit`` and the file, or without matplotlib no plot
-    and the line naming the extra it needs (the tables need no matplotlib, so they are printed,
-    then that line, and the exit status is 1)."""
+    and the line naming the extra it needs."""
     from verifiers_stepwise.extras import MissingExtra
 
     if plot is None:
@@ -341,8 +339,7 @@ def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
 
 
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:
-    """One config on the batch: the estimator's own estimate, checked as every credit record's
-    is (``traces.credit.checked_estimate``: one finite advantage per turn)."""
+    """One config on the batch: the estimator's own estimate, checked as every credit record's is."""
     from verifiers_stepwise.analysis.report import Config
     from verifiers_stepwise.analysis.stats import describe
     from verifiers_stepwise.traces.credit import checked_estimate
@@ -388,8 +385,7 @@ def _traces_file(path: Path) -> Path:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, the
-    spelling the TRL host's command takes too; a field given both ways is refused."""
+    """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, not both."""
     from verifiers_stepwise.analysis.flags import config_values, options_json
 
     flags = config_values(args)

@@ -199,8 +199,7 @@ def _turn_table(title: str | None, entries: Sequence[ConfigSummary], columns: Se
 def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool) -> tuple[list[Any], int]:
     """The per-turn tables, and the width one table of every statistic needs: that one table
     where the console is wide enough, else the statistics in order over as few tables as fit
-    (rich would cut numbers short to fit one), so each statistic of ``--compare``'s two configs
-    stays side by side, numbers whole, down to about 60 columns."""
+    (rich would cut numbers short to fit one)."""
 
     def width(table: Any) -> int:
         return int(console.measure(table, options=console.options.update_width(1 << 16)).minimum)  # unclamped
@@ -221,10 +220,8 @@ def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool)
 def _credit_table(
     entries: Sequence[ConfigSummary], tokens: bool, statistics: Sequence[tuple[str, _Cell]], first: bool
 ) -> Any:
-    """The per-turn table of ``statistics`` for the main config, or for it and ``--compare``'s
-    side by side: each statistic's column for the main config beside the compared one's, so a
-    turn index's numbers line up on one row. The ``first`` table has the title and the columns
-    the configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
+    """The per-turn table of ``statistics``, each main column beside ``--compare``'s; the
+    ``first`` table has the title and the columns the configs share, a later one only the turn."""
 
     def zeros(entry: ConfigSummary) -> str:
         return f"{entry.zero_advantage_groups:,} groups with all advantages 0"
@@ -247,8 +244,8 @@ def number(value: float | None, sign: str = "") -> str:
 
 
 def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, configs: Sequence[Config]) -> None:
-    """Write the per-turn JSONL file (format in the module docstring), a trajectory at a time: no
-    Python float per turn of the whole run is held in memory."""
+    """Write the per-turn JSONL file a trajectory at a time: no Python float per turn of the
+    whole run is held in memory."""
     batch = grouped.batch
     per_turn: list[tuple[str, np.ndarray | None]] = [("reward", batch.rewards), ("tokens", grouped.tokens)]
     for prefix, config in zip(("", "compare_"), configs):
