@@ -52,23 +52,12 @@ def field_description(info: FieldInfo) -> str:
     return " ".join((info.description or "").split())
 
 
-def _help(info: FieldInfo) -> str:
-    text = field_description(info)
-    if info.is_required():
-        default = "required"
-    else:
-        default = f"default: {info.get_default(call_default_factory=True)!r}"
-    return f"{text} ({default})".replace("%", "%%").lstrip()
-
-
 def add_config_flags(group: Any, config: type[BaseModel]) -> None:
     """Add one flag per field of ``config`` to an argparse parser or argument group."""
     for name, info in config.model_fields.items():
-        kwargs: dict[str, Any] = {
-            "dest": _PREFIX + name,
-            "default": argparse.SUPPRESS,
-            "help": _help(info),
-        }
+        default = "required" if info.is_required() else f"default: {info.get_default(call_default_factory=True)!r}"
+        help_text = f"{field_description(info)} ({default})".replace("%", "%%").lstrip()  # argparse formats help with %
+        kwargs: dict[str, Any] = {"dest": _PREFIX + name, "default": argparse.SUPPRESS, "help": help_text}
         if info.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif get_origin(info.annotation) is Literal:

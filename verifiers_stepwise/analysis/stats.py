@@ -1,9 +1,8 @@
 """What an estimator does to a batch of rollouts, summarised per turn index.
 
-The numbers are the estimator's own, from the call every credit record is made with
-(``traces.credit.checked_estimate``): its advantages and, for an estimator built on per-turn
-returns (``stepwise``), the returns they were taken from. This module arranges them: per turn
-index t (0 = first turn) over the trajectories that reached turn t,
+The numbers are the estimator's own (``traces.credit.checked_estimate``): its advantages and,
+for an estimator built on per-turn returns, the returns. Per turn index t (0 = first turn) over
+the trajectories that reached turn t,
 
     count_t                      trajectories with more than t turns
     mean reward, mean return     means over those trajectories' turn t (no return: None)
