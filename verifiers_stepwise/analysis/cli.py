@@ -249,10 +249,16 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
 
 def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
+    from verifiers_stepwise.extras import MissingExtra
 
     paths = [_traces_file(p) for p in args.traces]
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
-    plot_credit, plot, no_plot = _plotter(args.plot)
+    plot, no_plot = args.plot, None
+    if plot is not None:
+        try:
+            from verifiers_stepwise.analysis.plot import plot_credit
+        except MissingExtra as e:  # the tables need none: they are printed, then this line, exit status 1
+            plot, no_plot = None, f"no plot written: {e}"
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
     for path in (output, plot):
         if path is not None:
@@ -268,7 +274,7 @@ def _advantages(args: argparse.Namespace) -> int:
     sweep = [_config(args.estimator, estimator, grouped.batch) for estimator in sweep_estimators]
     if output is not None:
         write_turn_rows(output, collected, grouped, configs)
-    if plot_credit is not None:
+    if plot is not None:
         plot_credit(plot, grouped.batch, configs)
     report = summary(collected, grouped, configs, sweep, output, plot)
     if args.json:
@@ -322,20 +328,6 @@ def _kind_estimator(kinds: Any) -> Estimator:
     if declared and declared[0] not in set(CreditKind):
         raise ConfigError(f"the traces declare credit_kind {declared[0]!r}, not one of {', '.join(CreditKind)}")
     return estimator_for(CreditKind(declared[0]) if declared else None)
-
-
-def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
-    """For ``--plot``: ``analysis.plot.plot_credit`` and the file, or without matplotlib no plot
-    and the line naming the extra it needs."""
-    from verifiers_stepwise.extras import MissingExtra
-
-    if plot is None:
-        return None, None, None
-    try:
-        from verifiers_stepwise.analysis.plot import plot_credit
-    except MissingExtra as e:
-        return None, None, f"no plot written: {e}"
-    return plot_credit, plot, None
 
 
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:

@@ -1,11 +1,8 @@
 """Command-line flags generated from a pydantic config class, and the options as one JSON flag.
 
-Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (underscores become
-dashes), so an estimator another package registers gets its own flags with no change here.
-Literal fields list their choices, bool fields get ``--name/--no-name``. Values reach the
-config as typed and are validated there (errors name the field); a flag left out keeps the
-config's default. A field whose flag the command already uses is offered as
-``--estimator-field-name`` instead.
+Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (``--estimator-field-name``
+where the command has that flag already), so a third-party estimator gets its own flags; values
+are validated by the config, and a flag left out keeps the config's default.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ _PREFIX = "config_field:"
 
 
 def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
-    """A command line's JSON-object flag as a dict: the estimator options of ``vf-stepwise``'s and
-    the TRL host's ``--options`` (``'{"gamma": 0.9}'``, validated by the estimator's config), the
-    TRL host's env blocks. ConfigError naming ``flag`` when it is not JSON or not an object."""
+    """A command line's JSON-object flag (``--options '{"gamma": 0.9}'``, the TRL host's env
+    blocks) as a dict; ConfigError naming ``flag`` when it is not JSON or not an object."""
     import json
 
     from verifiers_stepwise.errors import ConfigError
