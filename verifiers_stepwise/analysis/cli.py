@@ -359,13 +359,13 @@ def _why_none(collected: Any) -> str:
     counts, skipped = collected.counts, sum(collected.skipped.values())
     if not counts.traces and not skipped:
         return ": the files hold no traces"
-    reasons = [
-        f"{counts.errored} errored (trace.ok or episode.ok false)" if counts.errored else "",
-        f"{counts.not_trainable} not trainable" if counts.not_trainable else "",
-        f"{skipped} bad lines or traces skipped" if skipped else "",
-    ]
-    reasons = [r for r in reasons if r]
-    return f": of {counts.traces} traces, " + ", ".join(reasons) if reasons else ""
+    reasons = {
+        "errored (trace.ok or episode.ok false)": counts.errored,
+        "not trainable": counts.not_trainable,
+        "bad lines or traces skipped": skipped,
+    }
+    given = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
+    return f": of {counts.traces} traces, {given}" if given else ""
 
 
 def _traces_file(path: Path) -> Path:

@@ -146,13 +146,12 @@ def _render_counts(console: Any, report: Report) -> None:
     )
     if groups.singleton:
         console.print(f"  {groups.singleton:,} singleton groups: nothing to compare, advantage 0")
-    excluded = []
-    if counts.not_trainable:
-        excluded.append(f"{counts.not_trainable:,} traces of untrainable agents")
-    if counts.errored:
-        excluded.append(f"{counts.errored:,} errored traces (left out of their groups, as score_group does)")
-    if excluded:
-        console.print("  " + "; ".join(excluded))
+    excluded = {
+        "traces of untrainable agents": counts.not_trainable,
+        "errored traces (left out of their groups, as score_group does)": counts.errored,
+    }
+    if counts.not_trainable or counts.errored:
+        console.print("  " + "; ".join(f"{n:,} {what}" for what, n in excluded.items() if n))
     skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report.skipped.items() if n]
     if skipped:
         console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")

@@ -218,12 +218,11 @@ class _Reader:
     def episode(self, episode: Any, here: int) -> None:
         first = self.seen_episodes.setdefault(episode.id, here)
         if first != here:
-            self.out.counts.traces += len(episode.traces)
-            message = f"episode {episode.id!r} was already read at {self.where(first)}"
-            self.problem("duplicate", here, message)
-            return
-        key = self.task_group(episode, here)
-        if key is None:
+            self.problem("duplicate", here, f"episode {episode.id!r} was already read at {self.where(first)}")
+            key = None
+        else:
+            key = self.task_group(episode, here)
+        if key is None:  # its traces are counted, none scored
             self.out.counts.traces += len(episode.traces)
             return
         for position in range(len(episode.traces)):
