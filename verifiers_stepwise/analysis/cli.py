@@ -260,9 +260,8 @@ def _advantages(args: argparse.Namespace) -> int:
         except MissingExtra as e:  # the tables need none: they are printed, then this line, exit status 1
             plot, no_plot = None, f"no plot written: {e}"
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-    for path in (output, plot):
-        if path is not None:
-            _check_output(path, paths)
+    for path in filter(None, (output, plot)):
+        _check_output(path, paths)
     collected = _collect(paths, args)
     if main_estimator is None:  # none named: the kind of credit the traces declare decides
         main_estimator = _kind_estimator(collected.kinds)

@@ -150,7 +150,7 @@ def _render_counts(console: Any, report: Report) -> None:
         "traces of untrainable agents": counts.not_trainable,
         "errored traces (left out of their groups, as score_group does)": counts.errored,
     }
-    if counts.not_trainable or counts.errored:
+    if any(excluded.values()):
         console.print("  " + "; ".join(f"{n:,} {what}" for what, n in excluded.items() if n))
     skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report.skipped.items() if n]
     if skipped:
@@ -203,11 +203,8 @@ def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool)
     def width(table: Any) -> int:
         return int(console.measure(table, options=console.options.update_width(1 << 16)).minimum)  # unclamped
 
-    whole = _credit_table(entries, tokens, _STATISTICS, first=True)
-    needed = width(whole)
-    if needed <= console.width:
-        return [whole], needed
-    parts = [[_STATISTICS[0]]]
+    needed = width(_credit_table(entries, tokens, _STATISTICS, first=True))
+    parts = [[_STATISTICS[0]]]  # one part, the whole table, where it fits
     for statistic in _STATISTICS[1:]:
         if width(_credit_table(entries, tokens, [*parts[-1], statistic], first=len(parts) == 1)) <= console.width:
             parts[-1].append(statistic)
