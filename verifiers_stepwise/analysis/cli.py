@@ -414,16 +414,16 @@ def _with_progress(read: Callable[..., Any], paths: list[Path], force: bool | No
     """``read(progress=...)`` under a progress bar of the bytes read, on stderr."""
     from rich import progress as bar
 
-    columns = (
+    with bar.Progress(
         bar.TextColumn("{task.description}"),
         bar.BarColumn(),
         bar.DownloadColumn(),
         bar.TransferSpeedColumn(),
         bar.TimeRemainingColumn(),
-    )
-    # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
-    console = _console(stderr=True, force_terminal=force)
-    with bar.Progress(*columns, console=console, transient=True) as progress:
+        # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
+        console=_console(stderr=True, force_terminal=force),
+        transient=True,
+    ) as progress:
         task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 
