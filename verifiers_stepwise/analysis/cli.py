@@ -249,14 +249,19 @@ def _print_list(estimators: list[dict[str, Any]], environments: dict[str, str]) 
 
 def _advantages(args: argparse.Namespace) -> int:
     from verifiers_stepwise.analysis.report import render, summary, write_turn_rows
+    from verifiers_stepwise.extras import MissingExtra
 
     paths = [_traces_file(p) for p in args.traces]
     main_estimator, compare, sweep_estimators = _estimators(args)  # every setting, before the long read
-    plot_credit, plot, no_plot = _plotter(args.plot)
+    plot, no_plot = args.plot, None
+    if plot is not None:
+        try:
+            from verifiers_stepwise.analysis.plot import plot_credit
+        except MissingExtra as e:  # the tables need none: they are printed, then this line, exit status 1
+            plot, no_plot = None, f"no plot written: {e}"
     output = None if args.no_output else args.output or paths[0].with_name(paths[0].stem + ".advantages.jsonl")
-    for path in (output, plot):
-        if path is not None:
-            _check_output(path, paths)
+    for path in filter(None, (output, plot)):
+        _check_output(path, paths)
     collected = _collect(paths, args)
     if main_estimator is None:  # none named: the kind of credit the traces declare decides
         main_estimator = _kind_estimator(collected.kinds)
@@ -268,7 +273,7 @@ def _advantages(args: argparse.Namespace) -> int:
     sweep = [_config(args.estimator, estimator, grouped.batch) for estimator in sweep_estimators]
     if output is not None:
         write_turn_rows(output, collected, grouped, configs)
-    if plot_credit is not None:
+    if plot is not None:
         plot_credit(plot, grouped.batch, configs)
     report = summary(collected, grouped, configs, sweep, output, plot)
     if args.json:
@@ -298,8 +303,7 @@ def _estimators(args: argparse.Namespace) -> tuple[Estimator | None, tuple[str, 
 
 
 def _collect(paths: list[Path], args: argparse.Namespace) -> Any:
-    """The traces' turns, with a progress bar when asked; bad input, or nothing to score, is one
-    ConfigError."""
+    """The traces' turns, with a progress bar when asked; bad input, or nothing to score, is one ConfigError."""
     from verifiers_stepwise.analysis.tracefile import BadInput, collect
 
     read = functools.partial(collect, paths, skip_bad=args.skip_bad, missing=args.missing, reading=args.reading)
@@ -325,24 +329,8 @@ def _kind_estimator(kinds: Any) -> Estimator:
     return estimator_for(CreditKind(declared[0]) if declared else None)
 
 
-def _plotter(plot: Path | None) -> tuple[Any, Path | None, str | None]:
-    """For ``--plot``: ``analysis.plot.plot_credit`` and the file, or without matplotlib no plot
-    and the line naming the extra it needs (the tables need no matplotlib, so they are printed,
-    then that line, and the exit status is 1)."""
-    from verifiers_stepwise.extras import MissingExtra
-
-    if plot is None:
-        return None, None, None
-    try:
-        from verifiers_stepwise.analysis.plot import plot_credit
-    except MissingExtra as e:
-        return None, None, f"no plot written: {e}"
-    return plot_credit, plot, None
-
-
 def _config(name: str, estimator: Estimator, batch: Any) -> Any:
-    """One config on the batch: the estimator's own estimate, checked as every credit record's
-    is (``traces.credit.checked_estimate``: one finite advantage per turn)."""
+    """One config on the batch: the estimator's own estimate, checked as every credit record's is."""
     from verifiers_stepwise.analysis.report import Config
     from verifiers_stepwise.analysis.stats import describe
     from verifiers_stepwise.traces.credit import checked_estimate
@@ -370,13 +358,13 @@ def _why_none(collected: Any) -> str:
     counts, skipped = collected.counts, sum(collected.skipped.values())
     if not counts.traces and not skipped:
         return ": the files hold no traces"
-    reasons = [
-        f"{counts.errored} errored (trace.ok or episode.ok false)" if counts.errored else "",
-        f"{counts.not_trainable} not trainable" if counts.not_trainable else "",
-        f"{skipped} bad lines or traces skipped" if skipped else "",
-    ]
-    reasons = [r for r in reasons if r]
-    return f": of {counts.traces} traces, " + ", ".join(reasons) if reasons else ""
+    reasons = {
+        "errored (trace.ok or episode.ok false)": counts.errored,
+        "not trainable": counts.not_trainable,
+        "bad lines or traces skipped": skipped,
+    }
+    given = ", ".join(f"{n} {reason}" for reason, n in reasons.items() if n)
+    return f": of {counts.traces} traces, {given}" if given else ""
 
 
 def _traces_file(path: Path) -> Path:
@@ -388,8 +376,7 @@ def _traces_file(path: Path) -> Path:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, the
-    spelling the TRL host's command takes too; a field given both ways is refused."""
+    """The main estimator's fields: its flags (``--gamma 0.4``) and ``--options`` JSON, not both."""
     from verifiers_stepwise.analysis.flags import config_values, options_json
 
     flags = config_values(args)
@@ -427,16 +414,16 @@ def _with_progress(read: Callable[..., Any], paths: list[Path], force: bool | No
     """``read(progress=...)`` under a progress bar of the bytes read, on stderr."""
     from rich import progress as bar
 
-    columns = (
+    with bar.Progress(
         bar.TextColumn("{task.description}"),
         bar.BarColumn(),
         bar.DownloadColumn(),
         bar.TransferSpeedColumn(),
         bar.TimeRemainingColumn(),
-    )
-    # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
-    console = _console(stderr=True, force_terminal=force)
-    with bar.Progress(*columns, console=console, transient=True) as progress:
+        # --progress asks for the bar even when stderr is not a terminal (a log file, CI).
+        console=_console(stderr=True, force_terminal=force),
+        transient=True,
+    ) as progress:
         task = progress.add_task("loading verifiers", total=sum(p.stat().st_size for p in paths))
         import verifiers.v1  # noqa: F401 - seconds of imports, shown as such rather than as 0 MB/s
 

@@ -1,11 +1,8 @@
 """Command-line flags generated from a pydantic config class, and the options as one JSON flag.
 
-Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (underscores become
-dashes), so an estimator another package registers gets its own flags with no change here.
-Literal fields list their choices, bool fields get ``--name/--no-name``. Values reach the
-config as typed and are validated there (errors name the field); a flag left out keeps the
-config's default. A field whose flag the command already uses is offered as
-``--estimator-field-name`` instead.
+Every field of an estimator's ``Config`` becomes ``--field-name VALUE`` (``--estimator-field-name``
+where the command has that flag already), so a third-party estimator gets its own flags; values
+are validated by the config, and a flag left out keeps the config's default.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ _PREFIX = "config_field:"
 
 
 def options_json(text: str, flag: str = "--options") -> dict[str, Any]:
-    """A command line's JSON-object flag as a dict: the estimator options of ``vf-stepwise``'s and
-    the TRL host's ``--options`` (``'{"gamma": 0.9}'``, validated by the estimator's config), the
-    TRL host's env blocks. ConfigError naming ``flag`` when it is not JSON or not an object."""
+    """A command line's JSON-object flag (``--options '{"gamma": 0.9}'``, the TRL host's env
+    blocks) as a dict; ConfigError naming ``flag`` when it is not JSON or not an object."""
     import json
 
     from verifiers_stepwise.errors import ConfigError
@@ -52,23 +48,12 @@ def field_description(info: FieldInfo) -> str:
     return " ".join((info.description or "").split())
 
 
-def _help(info: FieldInfo) -> str:
-    text = field_description(info)
-    if info.is_required():
-        default = "required"
-    else:
-        default = f"default: {info.get_default(call_default_factory=True)!r}"
-    return f"{text} ({default})".replace("%", "%%").lstrip()
-
-
 def add_config_flags(group: Any, config: type[BaseModel]) -> None:
     """Add one flag per field of ``config`` to an argparse parser or argument group."""
     for name, info in config.model_fields.items():
-        kwargs: dict[str, Any] = {
-            "dest": _PREFIX + name,
-            "default": argparse.SUPPRESS,
-            "help": _help(info),
-        }
+        default = "required" if info.is_required() else f"default: {info.get_default(call_default_factory=True)!r}"
+        help_text = f"{field_description(info)} ({default})".replace("%", "%%").lstrip()  # argparse formats help with %
+        kwargs: dict[str, Any] = {"dest": _PREFIX + name, "default": argparse.SUPPRESS, "help": help_text}
         if info.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif get_origin(info.annotation) is Literal:

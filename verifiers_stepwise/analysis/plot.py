@@ -1,14 +1,5 @@
 """The figures: credit per turn index (``vf-stepwise --plot``) and a training run's reward curve.
 
-``plot_credit``: per-turn-index distributions of returns and advantages, one column per
-estimator config. Each panel is a box plot per turn index (box: quartiles, whiskers: 5th to
-95th percentile, outliers not drawn) with the means joined by a line, so a drift of the mean
-advantage across turn indices, the positional bias of a baseline, shows at a glance. Configs
-share the y axis of each row.
-
-``plot_reward_curve``: a trainer's log history (TRL's ``log_history``) as episode reward and
-mean turn reward per step, with their trailing means, and the evaluation's reward.
-
 Both render with matplotlib's Agg canvas (no display, no pyplot state); matplotlib comes with
 the ``plot`` extra (and the ``trl`` extra).
 """
@@ -32,8 +23,11 @@ __all__ = ["SMOOTHING", "plot_credit", "plot_reward_curve"]
 
 
 def plot_credit(path: Path, batch: RaggedBatch, configs: Sequence[Config]) -> None:
-    """Write a PNG (or any format matplotlib infers from the suffix) to ``path``; a config
-    without returns (an estimator not built on them) leaves its returns panel empty."""
+    """Write to ``path`` (a PNG, or the format matplotlib infers from the suffix) the
+    per-turn-index distributions of returns and advantages, one column per config: a box plot
+    per turn index (box: quartiles, whiskers: 5th to 95th percentile, outliers not drawn) with
+    the means joined by a line; configs share each row's y axis, and a config without returns
+    leaves its returns panel empty."""
     index = batch.turn_index
     n_index = int(batch.lengths.max())
     order = np.argsort(index, kind="stable")

@@ -1,19 +1,5 @@
 """Results of ``vf-stepwise advantages``: the report (a ``Report``, printed as rich tables or as
-JSON) and the per-turn JSONL file.
-
-JSONL: one object per turn of every scored trajectory, groups in first-seen order, each
-group's trajectories in read order:
-
-    file, line          where the episode is (line numbers from 1)
-    episode, trace      the episode's and the trace's ids
-    agent, group        the trace's agent name; the group index (0-based, first seen first)
-    group_by, group_id  the field the group was formed by and its value (see tracefile)
-    turn, turns         turn index t (0-based) and the trajectory's number of turns T
-    reward, tokens      r_t and the turn's sampled tokens (0 without token ids)
-    return, advantage   R_t and A_t of the main estimator config (return null for an estimator
-                        not built on per-turn returns)
-    compare_return, compare_advantage   the same for ``--compare``, when given
-"""
+JSON) and the per-turn JSONL file (its fields: docs/vf-stepwise.md, "Per-turn JSONL")."""
 
 from __future__ import annotations
 
@@ -160,13 +146,12 @@ def _render_counts(console: Any, report: Report) -> None:
     )
     if groups.singleton:
         console.print(f"  {groups.singleton:,} singleton groups: nothing to compare, advantage 0")
-    excluded = []
-    if counts.not_trainable:
-        excluded.append(f"{counts.not_trainable:,} traces of untrainable agents")
-    if counts.errored:
-        excluded.append(f"{counts.errored:,} errored traces (left out of their groups, as score_group does)")
-    if excluded:
-        console.print("  " + "; ".join(excluded))
+    excluded = {
+        "traces of untrainable agents": counts.not_trainable,
+        "errored traces (left out of their groups, as score_group does)": counts.errored,
+    }
+    if any(excluded.values()):
+        console.print("  " + "; ".join(f"{n:,} {what}" for what, n in excluded.items() if n))
     skipped = [f"{n:,} {PROBLEMS[kind]}" for kind, n in report.skipped.items() if n]
     if skipped:
         console.print(f"[bold yellow]skipped[/] {', '.join(skipped)}")
@@ -213,17 +198,13 @@ def _turn_table(title: str | None, entries: Sequence[ConfigSummary], columns: Se
 def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool) -> tuple[list[Any], int]:
     """The per-turn tables, and the width one table of every statistic needs: that one table
     where the console is wide enough, else the statistics in order over as few tables as fit
-    (rich would cut numbers short to fit one), so each statistic of ``--compare``'s two configs
-    stays side by side, numbers whole, down to about 60 columns."""
+    (rich would cut numbers short to fit one)."""
 
     def width(table: Any) -> int:
         return int(console.measure(table, options=console.options.update_width(1 << 16)).minimum)  # unclamped
 
-    whole = _credit_table(entries, tokens, _STATISTICS, first=True)
-    needed = width(whole)
-    if needed <= console.width:
-        return [whole], needed
-    parts = [[_STATISTICS[0]]]
+    needed = width(_credit_table(entries, tokens, _STATISTICS, first=True))
+    parts = [[_STATISTICS[0]]]  # one part, the whole table, where it fits
     for statistic in _STATISTICS[1:]:
         if width(_credit_table(entries, tokens, [*parts[-1], statistic], first=len(parts) == 1)) <= console.width:
             parts[-1].append(statistic)
@@ -235,10 +216,8 @@ def _credit_tables(console: Any, entries: Sequence[ConfigSummary], tokens: bool)
 def _credit_table(
     entries: Sequence[ConfigSummary], tokens: bool, statistics: Sequence[tuple[str, _Cell]], first: bool
 ) -> Any:
-    """The per-turn table of ``statistics`` for the main config, or for it and ``--compare``'s
-    side by side: each statistic's column for the main config beside the compared one's, so a
-    turn index's numbers line up on one row. The ``first`` table has the title and the columns
-    the configs share (turn, count, tokens, mean reward) once; a later one only the turn."""
+    """The per-turn table of ``statistics``, each main column beside ``--compare``'s; the
+    ``first`` table has the title and the columns the configs share, a later one only the turn."""
 
     def zeros(entry: ConfigSummary) -> str:
         return f"{entry.zero_advantage_groups:,} groups with all advantages 0"
@@ -261,8 +240,8 @@ def number(value: float | None, sign: str = "") -> str:
 
 
 def write_turn_rows(path: Path, collected: Collected, grouped: Grouped, configs: Sequence[Config]) -> None:
-    """Write the per-turn JSONL file (format in the module docstring), a trajectory at a time: no
-    Python float per turn of the whole run is held in memory."""
+    """Write the per-turn JSONL file a trajectory at a time: no Python float per turn of the
+    whole run is held in memory."""
     batch = grouped.batch
     per_turn: list[tuple[str, np.ndarray | None]] = [("reward", batch.rewards), ("tokens", grouped.tokens)]
     for prefix, config in zip(("", "compare_"), configs):

@@ -1,9 +1,8 @@
 """What an estimator does to a batch of rollouts, summarised per turn index.
 
-The numbers are the estimator's own, from the call every credit record is made with
-(``traces.credit.checked_estimate``): its advantages and, for an estimator built on per-turn
-returns (``stepwise``), the returns they were taken from. This module arranges them: per turn
-index t (0 = first turn) over the trajectories that reached turn t,
+The numbers are the estimator's own (``traces.credit.checked_estimate``): its advantages and,
+for an estimator built on per-turn returns, the returns. Per turn index t (0 = first turn) over
+the trajectories that reached turn t,
 
     count_t                      trajectories with more than t turns
     mean reward, mean return     means over those trajectories' turn t (no return: None)
@@ -61,13 +60,8 @@ def with_gamma(estimator: Estimator, gamma: float) -> Estimator:
 
 
 def turn_stats(batch: RaggedBatch, estimate: Estimate, tokens: np.ndarray) -> list[TurnRow]:
-    """Per-turn-index statistics of one estimate over ``batch``, one row per index.
-
-    Args:
-      batch: the rewards the estimate was made from.
-      estimate: advantages (and returns, or None), (n_turns,) each, in the layout of ``batch``.
-      tokens: (n_turns,) sampled tokens per turn.
-    """
+    """Per-turn-index statistics, one row per index, of an estimate made from ``batch`` and of
+    ``tokens``, the (n_turns,) sampled tokens per turn in ``batch``'s layout."""
     t = batch.turn_index
     n_index = int(batch.lengths.max()) if batch.n_trajectories else 0
     count = np.bincount(t, minlength=n_index)

@@ -1,19 +1,10 @@
 """Stream ``traces.jsonl`` files into grouped per-turn rewards, in bounded memory.
 
-A traces file holds one ``Episode.to_record()`` JSON object a line (what ``vf-eval`` writes,
-with eval-client or train-client traces alike). Lines are read one at a time with
-``vf.WireEpisode.model_validate_json`` and each episode is dropped as soon as its per-turn
-rewards are taken: what stays in memory is, per trajectory, its turn rewards, its sampled-token
-count per turn, its place in the file and its episode and trace ids — never the messages or
-token streams, which make up nearly all of a file's bytes.
-
-An episode's group is (``episode.run.id`` or "", ``episode.env.id``, task group): the task
-group is ``episode.group.id`` when set, else ``episode.task.key``, else ``episode.task.hash``,
-each an exact string tagged with the field it came from. Its trajectories are the traces
-``credit.score_group`` would score on that group, with the turns it credits
-(``credit.scored_turns``). Bad input (the kinds in ``PROBLEMS``) raises :class:`BadInput`
-naming the file and line, or with ``skip_bad`` is skipped and counted; every line and trace is
-accounted for: scored, excluded (untrainable or errored) or skipped. The rules, in full:
+Each line (an ``Episode.to_record()``, as ``vf-eval`` writes it) is parsed with
+``vf.WireEpisode.model_validate_json`` and dropped once its per-turn rewards are taken: per
+trajectory only its turn rewards, token counts, place in the file and ids stay in memory, never
+the messages or token streams. Groups are ``GroupKey``s, trajectories what ``score_group`` would
+score (``credit.scored_turns``), bad input the kinds in ``PROBLEMS``; the rules in full:
 docs/vf-stepwise.md.
 """
 
@@ -164,14 +155,9 @@ def collect(
 ) -> Collected:
     """Read traces files one line at a time and gather their per-turn rewards by group.
 
-    Args:
-      paths: ``traces.jsonl`` files, read in order; line numbers restart in each file.
-      skip_bad: skip and count bad lines and traces instead of raising :class:`BadInput`.
-      missing: what a trace without per-turn rewards means (``credit.scored_turns``, the rule
-        ``score_group`` applies): "final_turn" scores its trace reward on its last turn,
-        "error" makes it bad input.
-      progress: called with the byte count of every line read.
-      reading: how ``turn_rewards`` is read, "rewards" or "scores" (``turns.read_turns``).
+    Line numbers restart in each file; ``skip_bad`` skips and counts bad input instead of
+    raising :class:`BadInput`; ``missing`` and ``reading`` are ``credit.scored_turns``'s (as
+    ``score_group`` applies them); ``progress`` is called with the byte count of every line.
     """
     reader = _Reader(skip_bad, missing, reading)
     for path in paths:
@@ -232,12 +218,11 @@ class _Reader:
     def episode(self, episode: Any, here: int) -> None:
         first = self.seen_episodes.setdefault(episode.id, here)
         if first != here:
-            self.out.counts.traces += len(episode.traces)
-            message = f"episode {episode.id!r} was already read at {self.where(first)}"
-            self.problem("duplicate", here, message)
-            return
-        key = self.task_group(episode, here)
-        if key is None:
+            self.problem("duplicate", here, f"episode {episode.id!r} was already read at {self.where(first)}")
+            key = None
+        else:
+            key = self.task_group(episode, here)
+        if key is None:  # its traces are counted, none scored
             self.out.counts.traces += len(episode.traces)
             return
         for position in range(len(episode.traces)):
