@@ -1,5 +1,5 @@
 """torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
-advantage on its own tokens (docs/torchtitan.md).
+advantage on its own tokens (docs/torchtitan.md has the data path and the layouts).
 
     (this module)     what serves both layouts: StepwiseAdvantage, the builder's per-turn logic
                       (StepwiseSamples), the config-time checks; imports torchtitan.config only
@@ -10,22 +10,8 @@ advantage on its own tokens (docs/torchtitan.md).
                       (main's own Verifiers rollouter, PR #4356) and main's recipe
     turns             a trace's credit record laid out on its torchtitan turns (both rollouters)
 
-For a native torchtitan env (checked against torchtitan 0.3.0):
-
-    RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
-      → r_{j,k} = env_rewards[turn_reward_key] of turn k, or 0, except on the last turn, which
-        falls back to rollout.reward (the rubric's score). A rollout whose env attaches no
-        per-turn reward is therefore scored exactly as torchtitan scores it: [0, …, 0, reward].
-      → one credit record per rollout (``traces.credit.credit_group``) with the estimator
-        registered under ``estimator``
-      → env_rewards["turn_advantage"] = A_{j,k} on turn k (and Rollout.advantage = A_{j,0},
-        the float torchtitan logs)
-      → StepwiseTrainingSampleBuilder: A_{j,k} on every completion token of turn k, 0.0 on
-        prompt and env tokens, in torchtitan's own packing of turns into samples (``lay_out``).
-
 With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
-``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
-and the builder drops the same groups torchtitan's does.
+``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``.
 """
 
 from __future__ import annotations
@@ -115,12 +101,9 @@ def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
 
 def env_turns(rollout: Rollout, key: str) -> list[float]:
     """r_k of each turn k of one scored rollout: ``env_rewards[key]``, else 0, except on the last
-    turn, which falls back to ``rollout.reward`` (the module docstring's rule).
-
-    A rollout with no turns (its env failed before the first generation) counts as one turn
-    holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
-    Raises RewardError when the rollout has no reward.
-    """
+    turn, which falls back to ``rollout.reward`` (so a rollout without turn rewards scores as
+    torchtitan scores it). A rollout with no turns counts as one turn holding its reward, as
+    torchtitan's estimator counts it. Raises RewardError when the rollout has no reward."""
     if rollout.reward is None:
         raise RewardError(
             f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; the rubric must "
@@ -180,9 +163,8 @@ class StepwiseAdvantage(Configurable):
 
 
 def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
-    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config,
-    ``options`` as given and the rest at its defaults, so that tyro offers each its own flag
-    (``--rollouter.advantage.options.gamma 0.9``; a partial dict offers its own keys only)."""
+    """``StepwiseAdvantage.Config`` with every field of the estimator's config in ``options`` (the
+    rest at its defaults), so that tyro offers each its own flag (``--rollouter.advantage.options.gamma``)."""
     from verifiers_stepwise.estimators.registry import get_estimator
 
     full = get_estimator(estimator, **options).config.model_dump()
