@@ -16,10 +16,9 @@ With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
 from verifiers_stepwise.extras import requires
@@ -314,15 +313,9 @@ def _subclass(base: type, prefix: str, namespace: dict[str, Any]) -> type:
 
 
 def _annotated_advantage(config_class: type) -> Any:
-    """The annotation of ``advantage`` that a config class's dataclass fields follow (the nearest
-    class in its MRO that annotates it), resolved; None when no class does or it will not resolve."""
-    for klass in config_class.__mro__:
-        annotation = vars(klass).get("__annotations__", {}).get("advantage")
-        if isinstance(annotation, str):
-            try:
-                return eval(annotation, vars(sys.modules[klass.__module__]))  # noqa: S307 (an annotation string)
-            except Exception:
-                return None
-        if annotation is not None:
-            return annotation
-    return None
+    """The annotation of ``advantage`` that a config class's dataclass fields follow, resolved as
+    tyro resolves it; None when no class annotates it or it will not resolve."""
+    try:
+        return get_type_hints(config_class).get("advantage")
+    except Exception:
+        return None
