@@ -9,9 +9,6 @@ advantage on its own tokens (docs/torchtitan.md has the data path and the layout
     main              main's layout: its StepwiseTrainingSampleBuilder, StepwiseVerifiersRollouter
                       (main's own Verifiers rollouter, PR #4356) and main's recipe
     turns             a trace's credit record laid out on its torchtitan turns (both rollouters)
-
-With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
-``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``.
 """
 
 from __future__ import annotations
@@ -137,8 +134,8 @@ class StepwiseAdvantage(Configurable):
         """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
         options: dict[str, float | int | str | bool] = field(default_factory=dict)
         """Fields of the estimator's own config (``--rollouter.advantage.options gamma 0.9``),
-        validated by it; unset fields keep its defaults. ``scale="none"`` is Dr.GRPO,
-        torchtitan's default; ``"std"`` its ``should_std_normalize=True``."""
+        validated by it; unset fields keep its defaults. With one turn per rollout, ``scale="none"``
+        is torchtitan's default ``AdvantageEstimator`` (Dr.GRPO), ``"std"`` its ``should_std_normalize=True``."""
         turn_reward_key: str = TURN_REWARD
         """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
 
@@ -184,7 +181,6 @@ class StepwiseSamples:
     metrics: Any
 
     def __init__(self, config: Any) -> None:
-        # torchtitan's filter compares final rewards; this class filters on per-turn credit.
         super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
