@@ -39,8 +39,8 @@ class ThreadedServer:
     """Serves ``_open()``'s routes from a thread and event loop of its own.
 
     ``_open`` runs in that loop before it listens, so whatever belongs to the loop (events,
-    tasks) is made there, anew at each start; ``_stopping`` runs in it when ``stop()`` is called.
-    Tasks still pending when the server has stopped are cancelled."""
+    tasks) is made there, anew at each start. Tasks still pending when the server has stopped
+    are cancelled."""
 
     what = "server"
     """Names the thread and the start-up errors."""
@@ -59,9 +59,6 @@ class ThreadedServer:
 
     async def _open(self) -> Iterable[web.AbstractRouteDef]:
         raise NotImplementedError
-
-    def _stopping(self) -> None:
-        """Called in the server's loop when ``stop()`` is called, before the loop stops."""
 
     def start(self) -> Self:
         ready = threading.Event()
@@ -83,7 +80,6 @@ class ThreadedServer:
         if self._loop is None or self._thread is None:
             return
         loop, self._loop = self._loop, None
-        loop.call_soon_threadsafe(self._stopping)
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(30)
         self._thread = None

@@ -12,7 +12,7 @@ from openai import APIStatusError, AsyncOpenAI
 from renderers import ParsedResponse
 from renderers.client import generate
 
-from verifiers_stepwise.hosts.token_endpoint import Generation, generate_routes
+from verifiers_stepwise.hosts.token_endpoint import SESSION_HEADER, Generation, generate_routes
 from verifiers_stepwise.loopback import serve
 
 
@@ -67,7 +67,7 @@ def test_a_reply_reaches_the_train_client_with_its_tokens_and_logprobs():
     result, (request,) = call(Generation([5, 6, 9], [-0.5, -0.25, -0.125], "stop"))
     assert (result["completion_ids"], result["completion_logprobs"]) == ([5, 6, 9], [-0.5, -0.25, -0.125])
     assert result["prompt_ids"] == [1, 2, 3] and result["finish_reason"] == "stop"
-    assert request.prompt_ids == [1, 2, 3] and request.session_id == "trace-1"
+    assert request.prompt_ids == [1, 2, 3] and request.headers[SESSION_HEADER] == "trace-1"
     assert request.sampling["max_tokens"] == 8 and request.sampling["seed"] == 4
     assert request.sampling["stop_token_ids"] == [9] and request.sampling["logprobs"] == 1
 

@@ -56,8 +56,8 @@ class GenerateRequest:
     seed: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     """``sampling_params`` as sent: only the fields the client set (verifiers drops unset ones)."""
-    session_id: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    """As sent (case-insensitive from aiohttp); ``SESSION_HEADER`` names the trace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +88,7 @@ def parse_request(body: Any, headers: Mapping[str, str] | None = None) -> Genera
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise ValueError("sampling_params must be a JSON object")
-    headers = headers or {}
-    return GenerateRequest(
-        prompt_ids=ids,
-        **_sampling(params),
-        sampling=params,
-        session_id=headers.get(SESSION_HEADER),
-        headers=headers,
-    )
+    return GenerateRequest(prompt_ids=ids, **_sampling(params), sampling=params, headers=headers or {})
 
 
 def _sampling(params: dict[str, Any]) -> dict[str, Any]:

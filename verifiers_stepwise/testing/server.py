@@ -219,8 +219,10 @@ class ModelServer(ThreadedServer):
             web.get("/run/{run}/v1/models", self._models),
         ]
 
-    def _stopping(self) -> None:
-        self._closing.set()
+    def stop(self) -> None:
+        if self._loop is not None:  # wake the streams waiting on it, in the server's loop
+            self._loop.call_soon_threadsafe(self._closing.set)
+        super().stop()
 
     # -- handlers -----------------------------------------------------------------------------
 

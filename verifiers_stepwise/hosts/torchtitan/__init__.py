@@ -1,5 +1,5 @@
 """torchtitan RL (0.3.0's ``torchtitan.experiments.rl``, main's ``torchtitan.rl``): each turn's
-advantage on its own tokens (docs/torchtitan.md).
+advantage on its own tokens (docs/torchtitan.md has the data path and the layouts).
 
     (this module)     what serves both layouts: StepwiseAdvantage, the builder's per-turn logic
                       (StepwiseSamples), the config-time checks; imports torchtitan.config only
@@ -9,31 +9,13 @@ advantage on its own tokens (docs/torchtitan.md).
     main              main's layout: its StepwiseTrainingSampleBuilder, StepwiseVerifiersRollouter
                       (main's own Verifiers rollouter, PR #4356) and main's recipe
     turns             a trace's credit record laid out on its torchtitan turns (both rollouters)
-
-For a native torchtitan env (checked against torchtitan 0.3.0):
-
-    RolloutGroup.rollouts[j].turns[k]                     (torchtitan rollout)
-      → r_{j,k} = env_rewards[turn_reward_key] of turn k, or 0, except on the last turn, which
-        falls back to rollout.reward (the rubric's score). A rollout whose env attaches no
-        per-turn reward is therefore scored exactly as torchtitan scores it: [0, …, 0, reward].
-      → one credit record per rollout (``traces.credit.credit_group``) with the estimator
-        registered under ``estimator``
-      → env_rewards["turn_advantage"] = A_{j,k} on turn k (and Rollout.advantage = A_{j,0},
-        the float torchtitan logs)
-      → StepwiseTrainingSampleBuilder: A_{j,k} on every completion token of turn k, 0.0 on
-        prompt and env tokens, in torchtitan's own packing of turns into samples (``lay_out``).
-
-With one turn per rollout, ``StepwiseAdvantage(scale="none")`` equals torchtitan's default
-``AdvantageEstimator`` (Dr.GRPO) and ``scale="std"`` equals ``should_std_normalize=True``,
-and the builder drops the same groups torchtitan's does.
 """
 
 from __future__ import annotations
 
-import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from verifiers_stepwise.errors import ConfigError, HostMismatch, RewardError
 from verifiers_stepwise.extras import requires
@@ -115,12 +97,9 @@ def env_config(taskset: str, env_args: dict[str, Scalar]) -> dict[str, Any]:
 
 def env_turns(rollout: Rollout, key: str) -> list[float]:
     """r_k of each turn k of one scored rollout: ``env_rewards[key]``, else 0, except on the last
-    turn, which falls back to ``rollout.reward`` (the module docstring's rule).
-
-    A rollout with no turns (its env failed before the first generation) counts as one turn
-    holding its reward, as torchtitan's estimator counts it; it has no tokens to credit.
-    Raises RewardError when the rollout has no reward.
-    """
+    turn, which falls back to ``rollout.reward`` (so a rollout without turn rewards scores as
+    torchtitan scores it). A rollout with no turns counts as one turn holding its reward, as
+    torchtitan's estimator counts it. Raises RewardError when the rollout has no reward."""
     if rollout.reward is None:
         raise RewardError(
             f"torchtitan rollout {rollout.group_id}/rollout={rollout.rollout_id} has no reward; the rubric must "
@@ -155,8 +134,8 @@ class StepwiseAdvantage(Configurable):
         """Registered estimator name (``verifiers_stepwise.available_estimators()``)."""
         options: dict[str, float | int | str | bool] = field(default_factory=dict)
         """Fields of the estimator's own config (``--rollouter.advantage.options gamma 0.9``),
-        validated by it; unset fields keep its defaults. ``scale="none"`` is Dr.GRPO,
-        torchtitan's default; ``"std"`` its ``should_std_normalize=True``."""
+        validated by it; unset fields keep its defaults. With one turn per rollout, ``scale="none"``
+        is torchtitan's default ``AdvantageEstimator`` (Dr.GRPO), ``"std"`` its ``should_std_normalize=True``."""
         turn_reward_key: str = TURN_REWARD
         """The ``RolloutTurn.env_rewards`` entry that holds a turn's reward."""
 
@@ -180,9 +159,8 @@ class StepwiseAdvantage(Configurable):
 
 
 def stepwise_advantage(estimator: str = "stepwise", **options: float | int | str | bool) -> StepwiseAdvantage.Config:
-    """``StepwiseAdvantage.Config`` whose ``options`` list every field of the estimator's config,
-    ``options`` as given and the rest at its defaults, so that tyro offers each its own flag
-    (``--rollouter.advantage.options.gamma 0.9``; a partial dict offers its own keys only)."""
+    """``StepwiseAdvantage.Config`` with every field of the estimator's config in ``options`` (the
+    rest at its defaults), so that tyro offers each its own flag (``--rollouter.advantage.options.gamma``)."""
     from verifiers_stepwise.estimators.registry import get_estimator
 
     full = get_estimator(estimator, **options).config.model_dump()
@@ -203,7 +181,6 @@ class StepwiseSamples:
     metrics: Any
 
     def __init__(self, config: Any) -> None:
-        # torchtitan's filter compares final rewards; this class filters on per-turn credit.
         super().__init__(replace(config, drop_zero_std_reward_groups=False))  # type: ignore[call-arg]
         self.drop_groups_without_credit = config.drop_zero_std_reward_groups
 
@@ -332,15 +309,9 @@ def _subclass(base: type, prefix: str, namespace: dict[str, Any]) -> type:
 
 
 def _annotated_advantage(config_class: type) -> Any:
-    """The annotation of ``advantage`` that a config class's dataclass fields follow (the nearest
-    class in its MRO that annotates it), resolved; None when no class does or it will not resolve."""
-    for klass in config_class.__mro__:
-        annotation = vars(klass).get("__annotations__", {}).get("advantage")
-        if isinstance(annotation, str):
-            try:
-                return eval(annotation, vars(sys.modules[klass.__module__]))  # noqa: S307 (an annotation string)
-            except Exception:
-                return None
-        if annotation is not None:
-            return annotation
-    return None
+    """The annotation of ``advantage`` that a config class's dataclass fields follow, resolved as
+    tyro resolves it; None when no class annotates it or it will not resolve."""
+    try:
+        return get_type_hints(config_class).get("advantage")
+    except Exception:
+        return None

@@ -3,13 +3,11 @@
     python -m torchtitan.experiments.rl.train --module verifiers_stepwise.hosts.torchtitan \\
         --config rl_stepwise_verifiers_dapo_qwen3_4b_math      # or rl_stepwise_dapo_qwen3_4b_math
 
-``rl_stepwise_verifiers_dapo_qwen3_4b_math`` runs this package's ``stepwise-dapo-math``
-verifiers env in refine mode through ``VerifiersRollouter``; ``rl_stepwise_dapo_qwen3_4b_math``
-runs torchtitan's native DAPO-Math env with retries, each attempt scored by torchtitan's
-Math-Verify scorer as its turn's reward (``env_rewards["turn_reward"]``); its rubric still
-scores the last attempt, so validation reward means "solved within ``max_attempts``". Both are
-torchtitan's 8K DAPO-Math recipe otherwise, returned through ``stepwise_controller``.
-Importing this module needs no GPU package; calling a recipe loads torchtitan's trainer.
+``rl_stepwise_verifiers_dapo_qwen3_4b_math`` runs this package's ``stepwise-dapo-math`` env
+through ``VerifiersRollouter``; ``rl_stepwise_dapo_qwen3_4b_math`` torchtitan's native DAPO-Math
+env with retries, each attempt its turn's reward (its rubric scores the last attempt, so
+validation reward means "solved within ``max_attempts``"). Importing this module needs no GPU
+package; calling a recipe loads torchtitan's trainer.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """torchtitan main's layout (``torchtitan.rl``, after 0.3.0): per-turn credit for its own
 Verifiers rollouter (PR #4356), and its ``StepwiseTrainingSampleBuilder``.
 
-PR #4356's ``VerifiersRollouter`` gives only a rollout's last turn a reward and estimates one
-advantage per rollout. ``StepwiseVerifiersRollouter`` is it with two changes: its turns are
-checked to be the trace's sampled spans, token for token (``turns.check_rollout_turns``), and
-its advantage step credits the group with ``traces.credit.score_group`` (its
-``StepwiseAdvantage``'s estimator) and lays each trace's record out on its rollout's turns
-(``turns.lay_out_credit``; the trace is the one ``Rollout.logs["verifiers_trace_id"]`` names).
+``StepwiseVerifiersRollouter`` is PR #4356's ``VerifiersRollouter`` (one advantage per rollout)
+with its turns checked against the trace's sampled spans and each trace's credit record laid
+out on them (docs/torchtitan.md, "torchtitan's own Verifiers rollouter").
 
     python -m torchtitan.rl.train --module verifiers_stepwise.hosts.torchtitan.main \\
         --config rl_stepwise_verifiers_dapo_qwen3_4b_math

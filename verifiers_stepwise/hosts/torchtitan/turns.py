@@ -51,18 +51,11 @@ def sampled_spans(trace: vf.Trace, *, trainable_only: bool = True) -> list[Span]
 
 def lay_out_credit(credit: Credit | None, turns: list[Any], nodes: list[int], where: str) -> float:
     """One trace's credit record (``score_group``'s) laid out on its torchtitan turns: turn k,
-    made from sampled node ``nodes[k]``, gets A_t of the verifiers turn t whose nodes hold that
-    node, as ``env_rewards["turn_advantage"]`` (what ``StepwiseTrainingSampleBuilder`` lays on
-    its tokens); each is labelled for torchtitan's logs from the same record,
-    ``env_rewards["turn_index"]`` = t, and the last of turn t's ``env_rewards["turn_reward"]`` =
-    r_t. Returns the first turn's advantage, the float torchtitan's ``Rollout.advantage`` holds.
-
-    A rollout with no record (its episode failed in transport) or one the record excludes
-    (an errored episode: ``score_group`` keeps it out of its group's baseline) gets 0 on every
-    turn, so it trains nothing. Raises RewardError when a turn the env recorded produced no
-    sampled token here (its credit would be lost); a record read by the final-turn rule (no
-    ``turn_rewards``) makes every sampled node a turn, and those this host does not train (on
-    a branch verifiers marks untrainable) are left out."""
+    made from sampled node ``nodes[k]``, gets A_t of the verifiers turn t holding that node as
+    ``env_rewards["turn_advantage"]``, labelled for torchtitan's logs with ``"turn_index"`` = t
+    and, on turn t's last, ``"turn_reward"`` = r_t. Returns the first turn's advantage
+    (``Rollout.advantage``). No record, or an excluded one (an errored episode), gives 0 on every
+    turn. Raises RewardError when a turn the env recorded has no sampled tokens here."""
     if credit is None or credit.excluded is not None:
         for turn in turns:
             turn.env_rewards[TURN_ADVANTAGE] = 0.0

@@ -4,12 +4,7 @@
                                                    env_args={"max_turns": 4})
 
 The design of torchtitan main's own Verifiers integration (PR #4356), rebuilt for 0.3.0 with
-per-turn rewards carried through (docs/torchtitan.md, "How a group runs"): verifiers' env server
-runs the episodes, its train client calls a local token endpoint (``hosts.token_endpoint``'s
-routes) that forwards to the controller's ``GenerateFn``; each trace becomes one ``Rollout``
-(``trace_to_turns``); the group is credited by ``traces.credit.score_group`` with
-``StepwiseAdvantage``'s estimator and each trace's record laid out on its turns
-(``turns.lay_out_credit``).
+per-turn rewards carried through (docs/torchtitan.md, "How a group runs").
 
 Checked against torchtitan 0.3.0 (``Rollouter``, ``RolloutTurn``, ``Rubric``) and verifiers
 0.4.0 (``EnvServer``, ``EnvClient``, ``TrainClientConfig``, ``Trace.branches``).
@@ -28,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from verifiers_stepwise.envs.harness import refuse_a_uv_harness_without_uv
 from verifiers_stepwise.errors import ConfigError, RewardError
-from verifiers_stepwise.hosts.token_endpoint import GenerateRequest, Generation, generate_routes
+from verifiers_stepwise.hosts.token_endpoint import SESSION_HEADER, GenerateRequest, Generation, generate_routes
 from verifiers_stepwise.hosts.torchtitan import Scalar, StepwiseAdvantage, env_config, requires_torchtitan
 from verifiers_stepwise.hosts.torchtitan.release import LAYOUT  # on main's layout: the error naming .main
 from verifiers_stepwise.hosts.torchtitan.turns import lay_out_credit, sampled_spans
@@ -357,7 +352,7 @@ class VerifiersRollouter(Rollouter):
         generate_fn, sampling = self._routes[route]
         sent = ("temperature", "top_p", "max_tokens", "seed")  # the rest keep the group's sampling
         sampling = replace(sampling, **{name: getattr(request, name) for name in sent if name in request.sampling})
-        session = request.session_id or "no-session"
+        session = request.headers.get(SESSION_HEADER, "no-session")
         completion = await generate_fn(
             request.prompt_ids,
             request_id=f"{session}/call={next(self._calls)}",
