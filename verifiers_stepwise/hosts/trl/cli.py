@@ -4,24 +4,11 @@
         --env-args '{"max_turns": 3}' --options '{"gamma": 1.0}' \\
         --max_steps 3 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 24
 
-A blueprint and ``main``: ``blueprint(argv)`` reads the command line into a ``Run`` and checks
-every name and option in it — the env id and its fields (``--env-args``, ``--eval-env-args``),
-the estimator and its options, ``--reading``, ``--format`` — before anything loads, so a typo
-is one line (``error: ...``, exit status 1), not a traceback after the model's load.
-``main(argv)`` then loads the model, trains, saves and draws the reward curve.
-
-TRL's conventions: ``TrlParser`` over this module's ``HostArguments`` and TRL's own
-``GRPOConfig`` and ``ModelConfig`` (every field is a flag; ``--config file.yaml`` works as in
-TRL's scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config,
-e.g. ``max_turns``; ``taskset`` fields under ``"taskset"``), ``--options`` the estimator's config
-as JSON, ``--eval-env-args`` what TRL's evaluation (``--eval_strategy``) changes in that block,
-e.g. ``'{"taskset": {"split": "test"}}'`` for held-out tasks. With no ``--model`` the default real
-LM is loaded (``inference.model``). A GPU is used when present (TRL's defaults, bf16 included);
-without one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to
-1, ``--lora_dropout`` to 0 and ``--gradient_checkpointing`` to false (see ``blueprint``). TRL
-shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at the
-end the model is saved there, with ``log_history.json`` and the reward curve
-``reward_curve.png`` (``analysis.plot.plot_reward_curve``).
+A blueprint and ``main``, with TRL's conventions (``TrlParser`` over ``HostArguments``, TRL's
+``GRPOConfig`` and ``ModelConfig``): ``blueprint(argv)`` checks every name and option before
+anything loads, so a typo is one line (``error: ...``, exit status 1); ``main(argv)`` then loads
+the model, trains, saves and draws the reward curve. The flags and the host's defaults for TRL's
+are in docs/trl.md ("Install and train").
 """
 
 from __future__ import annotations

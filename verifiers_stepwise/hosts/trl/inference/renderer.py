@@ -64,7 +64,7 @@ class _ExtendingRenderer(DefaultRenderer):
     """Shared by both formats: earlier tokens kept verbatim, new user/tool turns appended.
 
     A subclass sets ``_close`` (the token that ends a reply) and writes ``_document`` (a whole
-    conversation after ``<bos>``), ``_user_turn`` (one appended user message) and ``_generation_prompt``.
+    conversation after ``<bos>``) and ``_user_turn`` (one appended user message).
     """
 
     config_class = DefaultRendererConfig
@@ -81,7 +81,8 @@ class _ExtendingRenderer(DefaultRenderer):
         raise NotImplementedError
 
     def _generation_prompt(self) -> list[int]:
-        raise NotImplementedError
+        """Tokens that open the model's reply (none by default)."""
+        return []
 
     def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
         name = type(self).__name__
@@ -155,9 +156,6 @@ class TextRenderer(_ExtendingRenderer):
 
     def _user_turn(self, content: str) -> list[int]:
         return self._tokenizer.encode(content, add_special_tokens=False)
-
-    def _generation_prompt(self) -> list[int]:
-        return []
 
     def _document(self, messages: Any) -> list[int]:
         text = "".join(_text(m.get("content")) + ("\n" if _ROLES[m["role"]] == "model" else "") for m in messages)
