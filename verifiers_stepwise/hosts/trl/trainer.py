@@ -74,10 +74,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         None (the default): the one measured best for the env's kind of credit
         (``config.credit_kind``, ``traces.kinds``), said on stderr; ``stepwise`` if options are given.
       reading: how ``trace.info["turn_rewards"]`` is read, "rewards" or "scores" (``score_group``).
-      format: how conversations become tokens: ``"text"`` (a plain document, replies end at a
-        newline: for base models and completion-style envs such as ``stepwise-sums``) or
-        ``"turns"`` (Gemma's chat turns; the tokenizer must hold its turn tokens). See
-        ``hosts.trl.inference.renderer``.
+      format: how conversations become tokens, ``"text"`` or ``"turns"`` (``inference.renderer.FORMATS``).
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
       eval_env: the env of TRL's evaluation (``args.eval_strategy``), given like ``env``, e.g. the

@@ -41,7 +41,7 @@ class LocalInference:
     once the trainer holds its model.
     """
 
-    def __init__(self, tokenizer: Any, format: str = "text") -> None:
+    def __init__(self, tokenizer: Any, format: str) -> None:
         renderer_config(format)  # an unknown format fails here, before anything starts
         self.format = format
         self.pad_token_id = tokenizer.pad_token_id

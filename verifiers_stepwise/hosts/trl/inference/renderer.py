@@ -51,7 +51,7 @@ END_OF_TURN = "<end_of_turn>"
 _ROLES = {"user": "user", "system": "user", "tool": "user", "assistant": "model"}
 
 
-def renderer_config(format: str = "text") -> Any:
+def renderer_config(format: str) -> Any:
     """The ``renderer`` field of ``vf.TrainClientConfig`` that selects ``FORMATS[format]``."""
     from renderers.configs import CustomRendererConfig
 
@@ -63,12 +63,18 @@ def renderer_config(format: str = "text") -> Any:
 class _ExtendingRenderer(DefaultRenderer):
     """Shared by both formats: earlier tokens kept verbatim, new user/tool turns appended.
 
-    A subclass sets ``_close`` (the token that ends a reply) and writes ``_document`` (a whole
-    conversation after ``<bos>``) and ``_user_turn`` (one appended user message).
+    A subclass sets ``_close`` (the token that closes a cut reply) and ``_stops`` (the tokens that
+    end a reply, the tokenizer's eos besides) and writes ``_document`` (a whole conversation after
+    ``<bos>``) and ``_user_turn`` (one appended user message).
     """
 
     config_class = DefaultRendererConfig
     _close: int
+    _stops: list[int]
+
+    def get_stop_token_ids(self) -> list[int]:
+        eos = self._tokenizer.eos_token_id
+        return [*self._stops, *([eos] if eos is not None and eos not in self._stops else [])]
 
     @property
     def is_prefix_stable(self) -> bool:
@@ -150,10 +156,6 @@ class TextRenderer(_ExtendingRenderer):
             if set(tokenizer.convert_tokens_to_string([token])) == {"\n"}
         )
 
-    def get_stop_token_ids(self) -> list[int]:
-        eos = self._tokenizer.eos_token_id
-        return [*self._stops, *([eos] if eos is not None else [])]
-
     def _user_turn(self, content: str) -> list[int]:
         return self._tokenizer.encode(content, add_special_tokens=False)
 
@@ -173,11 +175,8 @@ class TurnFormatRenderer(_ExtendingRenderer):
             raise ValueError(f"TurnFormatRenderer: tokenizer {tokenizer.name_or_path!r} has no token {missing}")
         self._start = vocab[START_OF_TURN]
         self._close = vocab[END_OF_TURN]
+        self._stops = [self._close]
         self._newline = tokenizer.encode("\n", add_special_tokens=False)
-
-    def get_stop_token_ids(self) -> list[int]:
-        eos = self._tokenizer.eos_token_id
-        return [self._close] + ([eos] if eos is not None and eos != self._close else [])
 
     def _turn(self, role: str, content: str) -> list[int]:
         body = self._tokenizer.encode(f"{role}\n{content}", add_special_tokens=False)

@@ -50,7 +50,7 @@ class SampledLogprobs:
     log-softmax lives at a time. ``finish(sequences)`` reads the last token.
     """
 
-    def __init__(self, temperature: float = 1.0) -> None:
+    def __init__(self, temperature: float) -> None:
         self.temperature = temperature
         self.steps: list[torch.Tensor] = []
         self._previous: torch.Tensor | None = None
