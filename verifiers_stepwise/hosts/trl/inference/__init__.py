@@ -116,13 +116,9 @@ _LOOP_LOCK = threading.Lock()
 
 
 def submit(coroutine: Any) -> concurrent.futures.Future:
-    """Start ``coroutine`` on the process's one rollout event loop (a daemon thread).
-
-    One loop for every step and every trainer, because the libraries under the train client
-    keep asyncio state across calls: renderers 0.1.12 guards its context-length lookup with a
-    module-level ``asyncio.Lock``, which binds to the first loop that waits on it, so episodes
-    on a second loop (``asyncio.run`` per step) fail their model calls.
-    """
+    """Start ``coroutine`` on the process's one rollout event loop (a daemon thread): renderers
+    0.1.12's module-level ``asyncio.Lock`` binds to the first loop that waits on it, so episodes
+    on a second loop (``asyncio.run`` per step) fail their model calls."""
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None:
@@ -134,12 +130,10 @@ def submit(coroutine: Any) -> concurrent.futures.Future:
 class TrainerThreadCalls:
     """The endpoint's generator, run on the trainer's own thread while it waits for rollouts.
 
-    torch on CPU gives each thread that runs operators its own OpenMP team: once generation ran
-    on the endpoint's worker thread, the model's operators on both threads ran ~35 % slower on
-    2 cores (Gemma 3 270M, LoRA, bf16: a 4 × 6-token generate 640 → 880 ms, and the training
-    thread's forward and backward after it slower too), however idle the other thread was. So
-    while ``serve_until`` waits, each batch is handed to the waiting thread; a call made when
-    no one waits (another client of the endpoint) runs where it is called.
+    torch on CPU gives each thread that runs operators its own OpenMP team, and once a second
+    thread ran the model both ran ~35 % slower (measured in docs/trl.md). So while ``serve_until``
+    waits, each batch is handed to the waiting thread; a call made when no one waits (another
+    client of the endpoint) runs where it is called.
     """
 
     def __init__(self, generate: GenerateFn) -> None:

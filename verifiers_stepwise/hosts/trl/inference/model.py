@@ -74,13 +74,9 @@ def default_model_dir() -> Path:
 
 
 def contiguous_output_embeddings(model: Any) -> Any:
-    """Make the LM head's input contiguous, once per model; returns ``model``.
-
-    Both generation and TRL's loss slice the last hidden states (``logits_to_keep``) before the
-    LM head. On CPU in bfloat16 (torch 2.13) a PEFT-wrapped Gemma then runs that projection as a
-    batched matmul that first copies the (vocabulary × hidden) weight once per row: 7 s of a
-    step for 4 rows of Gemma's 262k-token head, where the contiguous input takes milliseconds.
-    """
+    """Make the LM head's input contiguous, once per model; returns ``model``. On CPU in bfloat16
+    (torch 2.13) the sliced hidden states (``logits_to_keep``) made a PEFT-wrapped Gemma copy its
+    262k × 640 head once per row, 7 s of a step (docs/trl.md, "bfloat16 on a CPU without the cliff")."""
     head = model.get_output_embeddings()
     if not getattr(head, "_vf_stepwise_contiguous", False):
         head.register_forward_pre_hook(lambda _, args: tuple(a.contiguous() for a in args))
@@ -89,12 +85,8 @@ def contiguous_output_embeddings(model: Any) -> Any:
 
 
 def bfloat16_slowdown() -> float:
-    """How many times slower a bfloat16 matmul runs than a float32 one on this CPU (one 256×640×256).
-
-    Where the CPU has bfloat16 instructions (AVX512-BF16, AMX) bfloat16 is the faster (decoding
-    2–2.9×, forward + backward 2.5× on such a CPU); without them torch 2.13 falls back to a path
-    that ran ~200× slower than float32 on an AVX2-only AMD EPYC (a Gemma step: ~100 s against ~9 s).
-    """
+    """How many times slower a bfloat16 matmul runs than a float32 one on this CPU (one 256×640×256):
+    without bfloat16 instructions (AVX512-BF16, AMX) torch 2.13 ran it ~200× slower (docs/trl.md)."""
     with requires("verifiers_stepwise.hosts.trl.inference.model", "torch", extra="trl"):
         import torch
 
