@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from verifiers.v1.utils.generic import deep_merge
+
 from verifiers_stepwise.analysis.flags import options_json
 from verifiers_stepwise.envs.bundles import resolve_env
 from verifiers_stepwise.errors import ConfigError
@@ -108,8 +110,10 @@ def blueprint(argv: Sequence[str] | None = None) -> Run:
         # activation_checkpointing: it warns at every parse, whatever the command line says.
         warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
         host, training, model = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
-    env = _merged({"taskset": {"id": host.env_id}}, options_json(host.env_args, "--env-args"))
-    eval_env = _merged(env, options_json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
+    # Laid over table by table, as verifiers lays a config over its defaults: ``--env-args '{"taskset":
+    # {"shots": 2}}'`` sets one field of the taskset and keeps its ``id``.
+    env = deep_merge({"taskset": {"id": host.env_id}}, options_json(host.env_args, "--env-args"))
+    eval_env = deep_merge(env, options_json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
     if eval_env is None and training.eval_strategy != "no":
         raise ConfigError(
             f"--eval_strategy {training.eval_strategy.value}: name the held-out tasks with --eval-env-args"
@@ -187,12 +191,3 @@ def _warn_if_bfloat16_is_slow(dtype: str | None) -> None:
             "(no bfloat16 instructions: AVX512-BF16 or AMX); --dtype float32 trains several times faster here",
             file=sys.stderr,
         )
-
-
-def _merged(base: dict, extra: dict) -> dict:
-    """``base`` with ``extra`` laid over it, table by table: ``--env-args '{"taskset": {"shots":
-    2}}'`` sets one field of the taskset and keeps its ``id``."""
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out

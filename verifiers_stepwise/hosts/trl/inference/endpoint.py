@@ -41,8 +41,6 @@ class BatchingTokenEndpoint(ThreadedServer):
         self.max_wait = max_wait
         self.in_flight = 0
         """Episodes declared and not yet done (changed only in the server's loop)."""
-        self.calls = 0
-        """Generator calls made so far (each answers one batch)."""
         self._pending: list[tuple[GenerateRequest, asyncio.Future]] = []
         self._wake = asyncio.Event()  # made anew in the server's loop at each start (_open)
 
@@ -53,16 +51,13 @@ class BatchingTokenEndpoint(ThreadedServer):
 
     def episodes(self, n: int) -> None:
         """Declare ``n`` more episodes in flight (thread-safe)."""
-        self._call(self._add, n)
+        if self._loop is None:
+            raise RuntimeError("the token endpoint is not running (start() it first)")
+        self._loop.call_soon_threadsafe(self._add, n)
 
     def episode_done(self) -> None:
         """One declared episode ended: it sends no more requests (thread-safe)."""
-        self._call(self._add, -1)
-
-    def _call(self, function: Callable[..., None], *args: object) -> None:
-        if self._loop is None:
-            raise RuntimeError("the token endpoint is not running (start() it first)")
-        self._loop.call_soon_threadsafe(function, *args)
+        self.episodes(-1)
 
     def _add(self, n: int) -> None:
         self.in_flight = max(0, self.in_flight + n)
@@ -89,7 +84,6 @@ class BatchingTokenEndpoint(ThreadedServer):
                 self._wake.clear()
             batch, self._pending = self._pending, []
             self._wake.clear()
-            self.calls += 1
             try:
                 generations = await asyncio.to_thread(self.generate, [r for r, _ in batch])
                 if len(generations) != len(batch):
