@@ -78,8 +78,7 @@ class StepwiseGRPOTrainer(GRPOTrainer):
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
       eval_env: the env of TRL's evaluation (``args.eval_strategy``), given like ``env``, e.g. the
-        same env on a held-out split; its tasks are the eval dataset, each played
-        ``num_generations_eval`` times. TRL logs their mean reward as ``eval_reward``.
+        same env on a held-out split; TRL logs its episodes' mean reward as ``eval_reward``.
       kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the datasets are the
         envs' tasks (``task_rows``), the reward is the episode's (``episode_reward``).
     """

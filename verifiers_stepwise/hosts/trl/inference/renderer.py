@@ -23,13 +23,10 @@ the task's ``34 + 7 =``) and its reply stops at the first newline. ``TurnFormatR
 is a user turn), for a model tuned on that format; any tokenizer with the two turn tokens can use it.
 
 Why not renderers' ``DefaultRenderer``: it re-renders the whole conversation every turn, so a
-reply whose sampled tokens do not re-tokenize to themselves (common for a small or random model)
-would fork the trace graph and split one episode into several training samples. Both renderers'
-``bridge_to_next_turn`` keep every earlier token verbatim — the previous prompt, the sampled
-reply (closed with the format's close token when it was cut at ``max_tokens``) — and append only
-the new turns, so an episode stays one branch: one TRL sample whose sampled tokens are exactly
-the ones the model drew. Checked against renderers 0.1.12 (``DefaultRenderer``,
-``trim_to_turn_close``, the ``CustomRendererConfig`` loader) as verifiers 0.4.0's train client uses it.
+reply whose sampled tokens do not re-tokenize to themselves would fork the trace graph into
+several training samples. Both renderers' ``bridge_to_next_turn`` keep every earlier token
+verbatim and append only the new turns: an episode stays one branch, one TRL sample. Checked
+against renderers 0.1.12 as verifiers 0.4.0's train client uses it.
 """
 
 from __future__ import annotations

@@ -181,7 +181,9 @@ class ModelSampler:
         """One ``generate`` call for requests that share their sampling settings."""
         model = self.get_model()
         device = next(model.parameters()).device
-        input_ids, attention = self._left_padded(requests)
+        rows = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in requests]
+        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id, padding_side="left")
+        attention = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
         limits = [r.max_tokens or self.max_new_tokens for r in requests]
         first = requests[0]
         greedy = first.temperature == 0
@@ -204,13 +206,6 @@ class ModelSampler:
         sampled = sequences[:, input_ids.shape[1] :].tolist()
         logprobs = recorder.finish(sequences).tolist()
         return [_cut(*row) for row in zip(requests, limits, sampled, logprobs)]
-
-    def _left_padded(self, requests: list[GenerateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompts left-padded to one width, and their attention mask."""
-        rows = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in requests]
-        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id, padding_side="left")
-        mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
-        return input_ids, mask
 
 
 def _cut(request: GenerateRequest, limit: int, tokens: list[int], logprobs: list[float]) -> Generation:
