@@ -92,19 +92,14 @@ def blueprint(argv: Sequence[str] | None = None) -> Run:
         from trl import GRPOConfig, ModelConfig, TrlParser
 
     parser = TrlParser((HostArguments, GRPOConfig, ModelConfig))  # type: ignore[arg-type]  # dataclasses, as HfArgumentParser takes
+    # The host's defaults for TRL's flags (explicit flags win; docs/trl.md says why each): a reward
+    # curve point a step, LoRA without dropout (the sampler generates with the adapters merged, so
+    # TRL's 0.05 would train logprobs of a policy that did not sample), no gradient checkpointing,
+    # checkpoints without the optimizer state, and without a GPU no bf16, which transformers
+    # refuses on a CPU unless told use_cpu.
+    parser.set_defaults(logging_steps=1, lora_dropout=0.0, gradient_checkpointing=False, save_only_model=True)
     if not torch.cuda.is_available():
-        # TRL defaults to bf16, which transformers refuses without an accelerator unless told
-        # use_cpu; explicit flags still win.
         parser.set_defaults(use_cpu=True, bf16=False)
-    parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
-    # LoRA without dropout: the sampler generates with the adapters merged (no dropout), so with
-    # TRL's 0.05 the trained logprobs would not be those of the policy that sampled (TRL: 0.05).
-    # No gradient checkpointing: a 270M LoRA run fits without it, and it recomputes every
-    # forward (TRL: on).
-    parser.set_defaults(lora_dropout=0.0, gradient_checkpointing=False)
-    # A checkpoint holds the weights (a LoRA run's: the adapter) but not the optimizer state,
-    # which is twice a full model's size (3.1 GB for Gemma); --save_only_model false keeps it.
-    parser.set_defaults(save_only_model=True)
     with warnings.catch_warnings():
         # TRL 1.16 defaults gradient_checkpointing, which transformers 5 calls a deprecated alias of
         # activation_checkpointing: it warns at every parse, whatever the command line says.
