@@ -96,8 +96,7 @@ class LocalInference:
         return [list(flat[k : k + per_task]) for k in range(0, len(flat), per_task)]
 
     def close(self) -> None:
-        """Stop the endpoint and remove the saved tokenizer. The endpoint's thread holds the
-        sampler, which reads the trainer's model, so the model is freed only after this."""
+        """Stop the endpoint (its thread holds the trainer's model) and remove the saved tokenizer."""
         if self.endpoint is not None:
             self.endpoint.stop()
         self._tokenizer_dir.cleanup()
