@@ -4,12 +4,10 @@ event loop, which runs on a thread of its own). A generator that raises answers 
 of its batch with HTTP 500; one that puts an exception in place of a ``Generation`` fails only
 that request.
 
-A batch is cut when every episode in flight has its next request waiting: the client says
-how many episodes it runs (``episodes(n)``, then ``episode_done()`` as each ends), so the
-turns of a step's episodes reach the model together, however long each one's env work took
-(a fixed gathering window split a step's 16 episodes 15 + 1 and doubled its generation time).
-``max_wait`` bounds how long waiting requests wait for the rest; with no episodes declared
-(another client) a batch is whatever is waiting when the generator is free.
+A batch is cut when every episode in flight has its next request waiting (``episodes(n)``, then
+``episode_done()`` as each ends), so a step's turns reach the model together however long each
+one's env work took; ``max_wait`` bounds the wait. With no episodes declared (another client) a
+batch is whatever is waiting when the generator is free.
 """
 
 from __future__ import annotations
