@@ -3,8 +3,7 @@
     trainer     StepwiseGRPOTrainer: the GRPOTrainer subclass (episodes → records → TRL's loss)
     rollout     an episode and its credit record → a TRL sample (ids, env mask, per-token advantages)
     cli         ``python -m verifiers_stepwise.hosts.trl``: a blueprint (the checked command line) and main
-    inference   the in-process inference stack that plays the episodes with the trainer's own model:
-                token endpoint, sampler (LoRA merged), renderers, the default model (Gemma 3 270M)
+    inference   the in-process inference that plays the episodes with the trainer's own model
 
 ``from verifiers_stepwise.hosts.trl import StepwiseGRPOTrainer`` imports the trainer (and TRL)
 on first use. Checked against TRL 1.16.0, transformers 5.24.0, peft 0.21.2, verifiers 0.4.0,

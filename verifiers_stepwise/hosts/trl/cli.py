@@ -4,24 +4,11 @@
         --env-args '{"max_turns": 3}' --options '{"gamma": 1.0}' \\
         --max_steps 3 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 24
 
-A blueprint and ``main``: ``blueprint(argv)`` reads the command line into a ``Run`` and checks
-every name and option in it — the env id and its fields (``--env-args``, ``--eval-env-args``),
-the estimator and its options, ``--reading``, ``--format`` — before anything loads, so a typo
-is one line (``error: ...``, exit status 1), not a traceback after the model's load.
-``main(argv)`` then loads the model, trains, saves and draws the reward curve.
-
-TRL's conventions: ``TrlParser`` over this module's ``HostArguments`` and TRL's own
-``GRPOConfig`` and ``ModelConfig`` (every field is a flag; ``--config file.yaml`` works as in
-TRL's scripts). ``--env-args`` is the env's ``[env]`` block as JSON (fields of the env's config,
-e.g. ``max_turns``; ``taskset`` fields under ``"taskset"``), ``--options`` the estimator's config
-as JSON, ``--eval-env-args`` what TRL's evaluation (``--eval_strategy``) changes in that block,
-e.g. ``'{"taskset": {"split": "test"}}'`` for held-out tasks. With no ``--model`` the default real
-LM is loaded (``inference.model``). A GPU is used when present (TRL's defaults, bf16 included);
-without one the run defaults to ``--use_cpu true --bf16 false``; ``--logging_steps`` defaults to
-1, ``--lora_dropout`` to 0 and ``--gradient_checkpointing`` to false (see ``blueprint``). TRL
-shows its progress bar and saves checkpoints under ``--output_dir`` as it always does; at the
-end the model is saved there, with ``log_history.json`` and the reward curve
-``reward_curve.png`` (``analysis.plot.plot_reward_curve``).
+A blueprint and ``main``, with TRL's conventions (``TrlParser`` over ``HostArguments``, TRL's
+``GRPOConfig`` and ``ModelConfig``): ``blueprint(argv)`` checks every name and option before
+anything loads, so a typo is one line (``error: ...``, exit status 1); ``main(argv)`` then loads
+the model, trains, saves and draws the reward curve. The flags and the host's defaults for TRL's
+are in docs/trl.md ("Install and train").
 """
 
 from __future__ import annotations
@@ -33,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
+
+from verifiers.v1.utils.generic import deep_merge
 
 from verifiers_stepwise.analysis.flags import options_json
 from verifiers_stepwise.envs.bundles import resolve_env
@@ -103,26 +92,23 @@ def blueprint(argv: Sequence[str] | None = None) -> Run:
         from trl import GRPOConfig, ModelConfig, TrlParser
 
     parser = TrlParser((HostArguments, GRPOConfig, ModelConfig))  # type: ignore[arg-type]  # dataclasses, as HfArgumentParser takes
+    # The host's defaults for TRL's flags (explicit flags win; docs/trl.md says why each): a reward
+    # curve point a step, LoRA without dropout (the sampler generates with the adapters merged, so
+    # TRL's 0.05 would train logprobs of a policy that did not sample), no gradient checkpointing,
+    # checkpoints without the optimizer state, and without a GPU no bf16, which transformers
+    # refuses on a CPU unless told use_cpu.
+    parser.set_defaults(logging_steps=1, lora_dropout=0.0, gradient_checkpointing=False, save_only_model=True)
     if not torch.cuda.is_available():
-        # TRL defaults to bf16, which transformers refuses without an accelerator unless told
-        # use_cpu; explicit flags still win.
         parser.set_defaults(use_cpu=True, bf16=False)
-    parser.set_defaults(logging_steps=1)  # one point per step on the reward curve (TRL: 10)
-    # LoRA without dropout: the sampler generates with the adapters merged (no dropout), so with
-    # TRL's 0.05 the trained logprobs would not be those of the policy that sampled (TRL: 0.05).
-    # No gradient checkpointing: a 270M LoRA run fits without it, and it recomputes every
-    # forward (TRL: on).
-    parser.set_defaults(lora_dropout=0.0, gradient_checkpointing=False)
-    # A checkpoint holds the weights (a LoRA run's: the adapter) but not the optimizer state,
-    # which is twice a full model's size (3.1 GB for Gemma); --save_only_model false keeps it.
-    parser.set_defaults(save_only_model=True)
     with warnings.catch_warnings():
         # TRL 1.16 defaults gradient_checkpointing, which transformers 5 calls a deprecated alias of
         # activation_checkpointing: it warns at every parse, whatever the command line says.
         warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
         host, training, model = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
-    env = _merged({"taskset": {"id": host.env_id}}, options_json(host.env_args, "--env-args"))
-    eval_env = _merged(env, options_json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
+    # Laid over table by table, as verifiers lays a config over its defaults: ``--env-args '{"taskset":
+    # {"shots": 2}}'`` sets one field of the taskset and keeps its ``id``.
+    env = deep_merge({"taskset": {"id": host.env_id}}, options_json(host.env_args, "--env-args"))
+    eval_env = deep_merge(env, options_json(host.eval_env_args, "--eval-env-args")) if host.eval_env_args else None
     if eval_env is None and training.eval_strategy != "no":
         raise ConfigError(
             f"--eval_strategy {training.eval_strategy.value}: name the held-out tasks with --eval-env-args"
@@ -200,12 +186,3 @@ def _warn_if_bfloat16_is_slow(dtype: str | None) -> None:
             "(no bfloat16 instructions: AVX512-BF16 or AMX); --dtype float32 trains several times faster here",
             file=sys.stderr,
         )
-
-
-def _merged(base: dict, extra: dict) -> dict:
-    """``base`` with ``extra`` laid over it, table by table: ``--env-args '{"taskset": {"shots":
-    2}}'`` sets one field of the taskset and keeps its ``id``."""
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out

@@ -1,7 +1,7 @@
 """Verifiers episodes → TRL's ``rollout_func`` fields, with stepwise credit on every token.
 
 One episode (one trace: the seat being trained) is one TRL sample. Its trace holds one branch
-(``TurnFormatRenderer`` extends the conversation token by token), laid out as
+(the host's renderers extend the conversation token by token), laid out as
 
     prompt_ids      the branch up to the first sampled token (the task's rendered prompt)
     completion_ids  everything after: sampled replies and the env's feedback turns in between
@@ -10,11 +10,9 @@ One episode (one trace: the seat being trained) is one TRL sample. Its trace hol
     advantages      the trace's credit record laid out on the completion (``credit.lay_out``):
                     turn t's A_t on turn t's sampled tokens, 0.0 elsewhere
 
-An episode whose model call failed (or that errored otherwise) keeps the tokens it produced,
-carries reward None (TRL counts it unscorable) and no advantage; ``score_group`` leaves it out
-of its group's baseline and its credit record says why. An episode with no
-tokens after its prompt (or none at all: its first call failed) gets one pad token outside the
-loss in each empty part, since TRL needs a non-empty prompt and completion.
+An errored episode keeps the tokens it produced, with reward None (TRL counts it unscorable)
+and no advantage (``score_group`` leaves it out of its group's baseline and says why). An empty
+prompt or completion (a first call that failed) is one pad token outside the loss: TRL needs both.
 """
 
 from __future__ import annotations

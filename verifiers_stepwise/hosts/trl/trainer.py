@@ -1,21 +1,9 @@
 """``StepwiseGRPOTrainer``: TRL's ``GRPOTrainer`` on verifiers episodes with per-turn credit.
 
-Per generation batch (checked against TRL 1.16.0, ``trl/trainer/grpo_trainer.py``):
-
-    TRL's rows: task indices, each repeated num_generations times (one group per task)
-      → episodes: the env plays each group in-process (``inference.LocalInference``)
-      → records: ``score_group`` per group, one credit record per trace
-      → samples: each record laid out on its episode's tokens (``rollout.episode_sample``)
-      → TRL's loss: prompt/completion ids, logprobs, env mask and the per-token advantages
-
-TRL's seam forces two detours, each marked where it is taken: ``rollout_func`` is handed the
-prompts only, not the rows, so the episodes are played where the rows are and handed to it;
-and TRL computes its own sequence-level GRPO advantages from the rewards (it has no hook for
-them), which the per-token ones then replace.
-
-Logged besides TRL's metrics: ``turns/mean``, ``turn_rewards/mean``, ``turn_rewards/turn_<t>``,
-``turn_advantages/mean``, ``turn_advantages/abs_mean``, ``episodes/errored``. The latest batch
-is kept on ``trainer.last_batch`` (episodes, samples and TRL's own advantages).
+Per generation batch: TRL's rows → episodes (``inference.LocalInference``) → records
+(``score_group``) → samples (``rollout.episode_sample``) → TRL's loss. docs/trl.md ("How it
+works") draws the path, its two detours round TRL 1.16.0's seam (each marked where taken) and
+the metrics logged.
 """
 
 from __future__ import annotations
@@ -86,15 +74,11 @@ class StepwiseGRPOTrainer(GRPOTrainer):
         None (the default): the one measured best for the env's kind of credit
         (``config.credit_kind``, ``traces.kinds``), said on stderr; ``stepwise`` if options are given.
       reading: how ``trace.info["turn_rewards"]`` is read, "rewards" or "scores" (``score_group``).
-      format: how conversations become tokens: ``"text"`` (a plain document, replies end at a
-        newline: for base models and completion-style envs such as ``stepwise-sums``) or
-        ``"turns"`` (Gemma's chat turns; the tokenizer must hold its turn tokens). See
-        ``hosts.trl.inference.renderer``.
+      format: how conversations become tokens, ``"text"`` or ``"turns"`` (``inference.renderer.FORMATS``).
       generate: the token endpoint's generator; default ``ModelSampler`` on the trainer's model
         (tests inject faults here).
       eval_env: the env of TRL's evaluation (``args.eval_strategy``), given like ``env``, e.g. the
-        same env on a held-out split; its tasks are the eval dataset, each played
-        ``num_generations_eval`` times. TRL logs their mean reward as ``eval_reward``.
+        same env on a held-out split; TRL logs its episodes' mean reward as ``eval_reward``.
       kwargs: further ``GRPOTrainer`` arguments (callbacks, peft_config, ...); the datasets are the
         envs' tasks (``task_rows``), the reward is the episode's (``episode_reward``).
     """

