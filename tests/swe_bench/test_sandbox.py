@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from stepwise_swe_bench.bwrap import SANDBOX_UID, BwrapSandbox
+from stepwise_swe_bench.bwrap import SANDBOX_UID, BwrapSandbox, cgroup, remove_tree
 from stepwise_swe_bench.sandbox import ENFORCED, mode, unenforced
 
 from .conftest import ENGINES, NOBODY, as_nobody, limits, loopback_server, open_sandbox, run
@@ -246,3 +248,32 @@ def test_a_bwrap_sandbox_needs_bubblewrap(repo: Path, monkeypatch, tmp_path: Pat
             BwrapSandbox(repo)
     finally:
         bwrap._bwrap.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("cgexec"), reason="episode cgroups are made as root")
+def test_an_episodes_cgroup_is_deleted_while_its_killed_processes_exit(tmp_path: Path):
+    """Regression (.ci/run under load, test_grading_attacks_fail[bwrap]: a memory cgroup left): a
+    process killed with its sandbox stays in the episode's cgroup while it frees its memory, and
+    the cgroup must go all the same (cgdelete alone failed on every try here, 1 GB held)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    name = cgroup(repo)
+    unified = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    places = (
+        [Path("/sys/fs/cgroup", name)]
+        if unified
+        else [Path("/sys/fs/cgroup", c, name) for c in ("memory", "cpu", "pids")]
+    )
+    subprocess.run(["cgcreate", "-g", f"memory,cpu,pids:{name}"], check=True)
+    hold = "import sys, time; held = bytearray(b'1') * (1 << 30); print('x', end='', flush=True); time.sleep(60)"
+    hog = subprocess.Popen(
+        ["cgexec", "-g", f"memory,cpu,pids:{name}", sys.executable, "-c", hold], stdout=subprocess.PIPE
+    )
+    try:
+        assert hog.stdout is not None and hog.stdout.read(1) == b"x"
+        hog.kill()
+        remove_tree(repo)
+        assert [str(place) for place in places if place.exists()] == []
+    finally:
+        hog.kill()
+        hog.wait()

@@ -36,8 +36,10 @@ import functools
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,8 +142,7 @@ def remove_tree(path: Path) -> None:
     in Python), with unreadable directories (given back their owner's permissions first).
     coreutils by absolute path; symlinks are removed, never followed."""
     if _privileged():
-        for controller in _CONTROLLERS.split(","):  # one call each: cgdelete 2.0 stops after the first
-            subprocess.run(["cgdelete", "-g", f"{controller}:{cgroup(path)}"], capture_output=True, check=False)
+        _delete_cgroup(cgroup(path))
     if not (path.exists() or path.is_symlink()):
         return
     if not path.is_symlink():
@@ -149,6 +150,34 @@ def remove_tree(path: Path) -> None:
     done = subprocess.run([_RM, "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
         raise OSError(f"could not remove {path}: {done.stderr.strip()[-500:]}")
+
+
+def _delete_cgroup(name: str, wait: float = 10.0) -> None:
+    """Delete cgroup ``name`` from each controller. The kernel removes a cgroup only once no
+    process is in it, and a sandbox's processes, killed with its PID namespace's init, can still
+    be on their way out (longer under load): what the cgroup still lists is killed and the
+    deletion retried, for at most ``wait`` seconds, then ``OSError``."""
+    root = Path("/sys/fs/cgroup")
+    unified = (root / "cgroup.controllers").exists()  # v2: one hierarchy
+    places = [root / name] if unified else [root / c / name for c in _CONTROLLERS.split(",")]
+    deadline = time.monotonic() + wait
+    while True:
+        for controller in _CONTROLLERS.split(","):  # one call each: cgdelete 2.0 stops after the first
+            subprocess.run(["cgdelete", "-g", f"{controller}:{name}"], capture_output=True, check=False)
+        left = [place for place in places if place.exists()]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise OSError(f"cgroup {name} still holds processes {wait:g} s after its sandbox ended")
+        for place in left:
+            try:
+                pids = (place / "cgroup.procs").read_text().split()
+            except OSError:  # deleted meanwhile
+                continue
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                    os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.05)
 
 
 @functools.cache
