@@ -186,6 +186,9 @@ def test_the_guides_cpu_commands_run_as_written(guide_dir):
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # A terminal's Ctrl-C reaches a program whose SIGINT is the default; a run started in the
+            # background of a script inherits it ignored, and Python then never raises KeyboardInterrupt.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         # Up means the env server and its interception pool: a Ctrl-C while the pool still starts
